@@ -1,0 +1,2 @@
+// placeholder entry point; replaced by the CLI
+int main() { return 0; }

@@ -1,0 +1,10 @@
+#pragma once
+// Thread control. dqt parallelises with OpenMP; oneDNN shares the same runtime (libgomp),
+// so one setting governs both and the cores are never oversubscribed.
+namespace dqt {
+
+// Sets the number of compute threads (0 = one per available core).
+void set_num_threads(int threads);
+int num_threads();
+
+}  // namespace dqt
