@@ -1,0 +1,67 @@
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/gemm.h"
+#include "train/throughput.h"
+
+namespace dqt::cli {
+
+namespace {
+struct BenchTrainArgs {
+    ModelConfig model_flags;
+    std::string config_path;
+    int batch = 8;
+    int steps = 20;
+    int warmup = 3;
+    int threads = 0;
+    bool json = false;
+};
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train");
+    bench->require_subcommand(1);
+
+    auto args = std::make_shared<BenchTrainArgs>();
+    CLI::App* train = bench->add_subcommand(
+        "train", "training throughput of the reference config (dim 256, 4 layers, 4 heads, FFN 688, seq 256, batch 8)");
+    add_model_flags(*train, args->model_flags, args->config_path);
+    train->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+    train->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+    train->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+    add_threads_flag(*train, args->threads);
+    train->add_flag("--json", args->json, "print one JSON object");
+    train->callback([train, args] {
+        set_num_threads(args->threads);
+        const ModelConfig config = resolve_model_config(*train, args->model_flags, args->config_path, ModelConfig{});
+        const ThroughputResult result = measure_training_throughput(config, args->batch, args->steps, args->warmup);
+        const double peak = measure_gemm_peak_gflops(num_threads());
+        const nlohmann::json record = {{"bench", "train"},
+                                       {"threads", num_threads()},
+                                       {"parameters", config.parameter_count()},
+                                       {"batch", args->batch},
+                                       {"seq_len", config.seq_len},
+                                       {"steps", result.steps},
+                                       {"tokens_per_second", result.tokens_per_second},
+                                       {"seconds_per_step", result.seconds_per_step},
+                                       {"gflops", result.gflops},
+                                       {"gemm_peak_gflops", peak},
+                                       {"fraction_of_gemm_peak", result.gflops / peak}};
+        if (args->json) {
+            std::printf("%s\n", record.dump().c_str());
+            return;
+        }
+        std::printf("bench train: %lld parameters, batch %d x %d tokens, %d threads, %d timed steps\n",
+                    static_cast<long long>(config.parameter_count()), args->batch, config.seq_len, num_threads(),
+                    result.steps);
+        std::printf("  %.0f tokens/s, %.1f ms/step\n", result.tokens_per_second, 1e3 * result.seconds_per_step);
+        std::printf("  %.1f GFLOP/s achieved, GEMM peak %.1f GFLOP/s measured here: %.0f%% of peak\n", result.gflops,
+                    peak, 100.0 * result.gflops / peak);
+    });
+}
+
+}  // namespace dqt::cli

@@ -1,0 +1,53 @@
+#include <cstdio>
+
+#include "commands.h"
+#include "core/parallel.h"
+#include "train/generate.h"
+#include "train/model_checkpoint.h"
+
+namespace dqt::cli {
+
+namespace {
+struct GenerateArgs {
+    std::string checkpoint;
+    std::string prompt = "The state of the Union";
+    int tokens = 200;
+    SamplingOptions sampling;
+    int threads = 0;
+};
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+    auto args = std::make_shared<GenerateArgs>();
+    CLI::App* command = app.add_subcommand("generate", "sample text from a checkpoint");
+    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file")->required();
+    command->add_option("--prompt", args->prompt, "text to continue")->capture_default_str();
+    command->add_option("--tokens", args->tokens, "new tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+    command->add_option("--temperature", args->sampling.temperature, "softmax temperature (0 = greedy)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    command->add_option("--top-k", args->sampling.top_k, "sample among the k likeliest (0 = all)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    command->add_option("--top-p", args->sampling.top_p, "nucleus: smallest set with this mass")
+        ->check(CLI::Range(0.0f, 1.0f))
+        ->capture_default_str();
+    command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
+    add_threads_flag(*command, args->threads);
+    command->callback([args] {
+        set_num_threads(args->threads);
+        const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        std::fputs(args->prompt.c_str(), stdout);
+        const GenerationResult result =
+            generate_text(*loaded.model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
+                          [](const std::string& piece) {
+                              std::fputs(piece.c_str(), stdout);
+                              std::fflush(stdout);
+                          });
+        std::printf("\n");
+        std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s\n", result.prompt_tokens,
+                     result.generated_tokens, result.tokens_per_second);
+    });
+}
+
+}  // namespace dqt::cli

@@ -1,0 +1,115 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/dataset.h"
+#include "train/generate.h"
+#include "train/model_checkpoint.h"
+#include "train/trainer.h"
+
+namespace dqt::cli {
+
+namespace {
+
+struct TrainArgs {
+    TrainOptions options;
+    ModelConfig model_flags;
+    std::string config_path;
+    int threads = 0;
+    bool resume = false;
+    int stop_after = 0;
+    bool no_sample = false;
+    bool quiet = false;
+    std::string sample_prompt = "The state of the Union";
+};
+
+constexpr const char* kDefaultCorpus = "data/sotu";
+
+// The built-in default: the dataset folder is made from the fetched default corpus on first use.
+void prepare_default_dataset(const TrainOptions& options) {
+    const TrainOptions defaults;
+    if (options.data_dir != defaults.data_dir || std::filesystem::exists(options.data_dir)) return;
+    require(std::filesystem::exists(kDefaultCorpus),
+            "no dataset at " + options.data_dir + " and no default corpus at " + std::string(kDefaultCorpus) +
+                ": run scripts/fetch_corpus.sh, or pass --data DIR made by `dqt data`");
+    std::fprintf(stderr, "preparing %s from %s (byte tokenizer)\n", options.data_dir.c_str(), kDefaultCorpus);
+    prepare_dataset(kDefaultCorpus, options.data_dir, "byte", 0);
+}
+
+void run(CLI::App& command, TrainArgs& args) {
+    set_num_threads(args.threads);
+    if (args.resume) {
+        // The checkpoint holds the run's settings; a changed flag would silently break exactness.
+        for (const CLI::Option* option : command.get_options()) {
+            const std::string name = option->get_name();
+            const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
+                                 name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
+                                 name == "--prompt" || name == "--help";
+            require(allowed || option->count() == 0,
+                    name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
+        }
+    } else {
+        ModelConfig defaults;
+        defaults.vocab_size = 0;  // 0: take the dataset tokenizer's vocabulary
+        args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
+        prepare_default_dataset(args.options);
+    }
+    RunControl control;
+    control.resume = args.resume;
+    control.stop_after_step = args.stop_after;
+    control.interactive = isatty(STDERR_FILENO) == 1;
+    control.quiet = args.quiet;
+    const TrainReport report = run_training(args.options, control);
+
+    if (args.no_sample || report.steps_done < args.options.steps) return;
+    const LoadedModel loaded = load_model_checkpoint(report.checkpoint_path);
+    SamplingOptions sampling;
+    std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n%s", sampling.temperature, sampling.top_k,
+                args.sample_prompt.c_str(), args.sample_prompt.c_str());
+    generate_text(*loaded.model, *loaded.tokenizer, args.sample_prompt, 200, sampling, [](const std::string& piece) {
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+    });
+    std::printf("\n");
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+    auto args = std::make_shared<TrainArgs>();
+    CLI::App* command = app.add_subcommand("train", "train a model (defaults: SOTU corpus, dim 256, 4 layers)");
+    TrainOptions& o = args->options;
+    command->add_option("--data", o.data_dir, "dataset folder made by `dqt data`")->capture_default_str();
+    command->add_option("--out", o.out_dir, "run folder: checkpoint, metrics.jsonl, config.json")->capture_default_str();
+    add_model_flags(*command, args->model_flags, args->config_path);
+    command->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+    command->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
+    command->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
+    command->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+    command->add_option("--min-lr-ratio", o.min_lr_ratio, "final LR as a fraction of the peak")->capture_default_str();
+    command->add_option("--warmup", o.warmup_steps, "linear warm-up steps")->capture_default_str();
+    command->add_option("--beta1", o.adam.beta1, "Adam beta1")->capture_default_str();
+    command->add_option("--beta2", o.adam.beta2, "Adam beta2")->capture_default_str();
+    command->add_option("--adam-eps", o.adam.eps, "Adam epsilon")->capture_default_str();
+    command->add_option("--weight-decay", o.adam.weight_decay, "decoupled weight decay")->capture_default_str();
+    command->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str();
+    command->add_option("--eval-every", o.eval_every, "steps between evaluations (0 = end only)")->capture_default_str();
+    command->add_option("--eval-tokens", o.eval_tokens, "validation tokens per evaluation")->capture_default_str();
+    command->add_option("--log-every", o.log_every, "steps between metric lines")->capture_default_str();
+    command->add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0 = end only)")
+        ->capture_default_str();
+    command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
+    add_threads_flag(*command, args->threads);
+    command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
+    command->add_option("--stop-after", args->stop_after, "checkpoint and stop after this step (resume later)");
+    command->add_flag("--no-sample", args->no_sample, "do not print a generated sample at the end");
+    command->add_option("--prompt", args->sample_prompt, "prompt of the sample printed at the end")->capture_default_str();
+    command->add_flag("--quiet", args->quiet, "no progress output");
+    command->callback([command, args] { run(*command, *args); });
+}
+
+}  // namespace dqt::cli

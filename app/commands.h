@@ -1,0 +1,27 @@
+#pragma once
+// The `dqt` subcommands. Each registers its options on a CLI11 subcommand and runs when
+// that subcommand was chosen.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/config.h"
+
+namespace dqt::cli {
+
+void add_data_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+// Model-shape flags shared by train and bench (--config, --dim, --layers, ...).
+void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config_path);
+// The model config of a command: `defaults`, then --config FILE, then the flags given
+// explicitly on the command line (flags win). `config` holds the parsed flag values.
+ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& config, const std::string& config_path,
+                                 const ModelConfig& defaults);
+// --threads N (0 = all cores); applied with dqt::set_num_threads.
+void add_threads_flag(CLI::App& command, int& threads);
+
+}  // namespace dqt::cli

@@ -1,0 +1,47 @@
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/parallel.h"
+
+namespace dqt::cli {
+
+namespace {
+// Flag name -> the JSON key it overrides, so --config can be read first and flags win.
+const std::pair<const char*, const char*> kModelFlagKeys[] = {
+    {"--dim", "dim"},         {"--layers", "n_layers"},   {"--heads", "n_heads"},
+    {"--kv-heads", "n_kv_heads"}, {"--ffn", "ffn_dim"},   {"--vocab-size", "vocab_size"},
+    {"--seq-len", "seq_len"}, {"--no-subln", "subln"},    {"--rope-theta", "rope_theta"},
+    {"--init-std", "init_std"}};
+}  // namespace
+
+void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path) {
+    command.add_option("--config", config_path, "model config JSON (flags below override it)")->check(CLI::ExistingFile);
+    command.add_option("--dim", c.dim, "hidden size")->capture_default_str();
+    command.add_option("--layers", c.n_layers, "number of blocks")->capture_default_str();
+    command.add_option("--heads", c.n_heads, "attention heads")->capture_default_str();
+    command.add_option("--kv-heads", c.n_kv_heads, "key/value heads (grouped-query attention; default: --heads)");
+    command.add_option("--ffn", c.ffn_dim, "SwiGLU inner size")->capture_default_str();
+    command.add_option("--vocab-size", c.vocab_size, "vocabulary size (default: the dataset's tokenizer)");
+    command.add_option("--seq-len", c.seq_len, "context length in tokens")->capture_default_str();
+    command.add_flag("--no-subln{false}", c.subln, "drop the SubLN norms before o_proj and down_proj");
+    command.add_option("--rope-theta", c.rope_theta, "rotary embedding base")->capture_default_str();
+    command.add_option("--init-std", c.init_std, "std of the N(0, s) weight init")->capture_default_str();
+}
+
+ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& flags, const std::string& config_path,
+                                 const ModelConfig& defaults) {
+    nlohmann::json merged = config_path.empty() ? nlohmann::json::object() : load_model_config_json(config_path);
+    const nlohmann::json flag_values = flags;
+    for (const auto& [flag, key] : kModelFlagKeys) {
+        if (command.count(flag) > 0) merged[key] = flag_values[key];
+    }
+    ModelConfig result = defaults;
+    from_json(merged, result);
+    return result;
+}
+
+void add_threads_flag(CLI::App& command, int& threads) {
+    command.add_option("--threads", threads, "compute threads (0 = one per core)")->capture_default_str();
+}
+
+}  // namespace dqt::cli

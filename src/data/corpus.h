@@ -1,0 +1,39 @@
+#pragma once
+// A text corpus: UTF-8 documents read from one file or a folder tree, split into
+// training and validation documents by a fixed, documented rule.
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dqt {
+
+struct Document {
+    std::string name;  // file path; "path#k" for part k of a single-file corpus
+    std::string text;  // valid UTF-8
+};
+
+// Reads a corpus.
+// - A folder: every *.txt file below it (recursively), one document per file, sorted by path.
+// - A single file: cut into kCorpusFileParts contiguous parts of about equal size, each
+//   cut moved forward to just after the next newline (or, in a text without one, to the
+//   next character boundary), so the split rule below keeps the last tenth for validation.
+// Throws dqt::Error for a missing path, a folder without .txt files, or invalid UTF-8
+// (naming the file and the byte offset).
+std::vector<Document> read_corpus(const std::string& path);
+inline constexpr int kCorpusFileParts = 10;
+
+struct CorpusSplit {
+    std::vector<Document> train;
+    std::vector<Document> val;
+};
+
+// Document i (in read_corpus order) goes to validation when i % 10 == 9, else to training:
+// a 90/10 split spread over the whole corpus (for SOTU: over all eras).
+CorpusSplit split_corpus(std::vector<Document> documents);
+
+// Byte offset of the first invalid UTF-8 sequence in text (overlong forms, surrogates and
+// code points above U+10FFFF are invalid), or std::string::npos when it is all valid.
+size_t find_invalid_utf8(std::string_view text);
+
+}  // namespace dqt

@@ -1,0 +1,44 @@
+#pragma once
+// A prepared dataset folder: train.bin and val.bin (token shards), tokenizer.bin and
+// meta.json (a human-readable summary), made by prepare_dataset and read by open_dataset.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace dqt {
+
+// Documents within a split are joined with this text before tokenizing; each document is
+// encoded on its own (in parallel) and the separator's tokens go between them.
+inline constexpr const char* kDocumentSeparator = "\n\n";
+
+struct SplitInfo {
+    int64_t documents = 0;
+    int64_t tokens = 0;
+    int64_t bytes = 0;  // UTF-8 bytes of the joined text
+};
+
+struct DatasetInfo {
+    std::string tokenizer_kind;
+    int vocab_size = 0;
+    SplitInfo train, val;
+};
+
+// Reads the corpus (see read_corpus, split_corpus), builds the tokenizer ("byte", or "bpe"
+// trained on the training documents only, with bpe_vocab tokens), and writes the four files
+// into out_dir (created if needed), each atomically. Uses num_threads() threads.
+DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir, const std::string& tokenizer_kind,
+                            int bpe_vocab);
+
+struct Dataset {
+    std::unique_ptr<Tokenizer> tokenizer;
+    Shard train;
+    Shard val;
+};
+
+// Opens and validates a dataset folder; dqt::Error names the missing or bad file and the fix.
+Dataset open_dataset(const std::string& dir);
+
+}  // namespace dqt

@@ -1,0 +1,262 @@
+#include "data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "data/atomic_file.h"
+#include "data/corpus.h"
+
+namespace dqt {
+
+Tokenizer::~Tokenizer() = default;
+
+namespace {
+
+void require_in_vocab(int32_t token, int vocab_size) {
+    if (token < 0 || token >= vocab_size) {  // not require(): no message built per token
+        throw Error("token id " + std::to_string(token) + " is outside the tokenizer's vocabulary of " +
+                    std::to_string(vocab_size) + ": tokens and tokenizer do not match");
+    }
+}
+
+class ByteTokenizer final : public Tokenizer {
+public:
+    std::vector<int32_t> encode(std::string_view text) const override {
+        std::vector<int32_t> tokens(text.size());
+        for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<uint8_t>(text[i]);
+        return tokens;
+    }
+    std::string decode(std::span<const int32_t> tokens) const override {
+        std::string text(tokens.size(), '\0');
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            require_in_vocab(tokens[i], 256);
+            text[i] = static_cast<char>(tokens[i]);
+        }
+        return text;
+    }
+    int vocab_size() const override { return 256; }
+    std::string kind() const override { return "byte"; }
+    std::string serialize() const override { return {}; }
+};
+
+// sentencepiece stores spaces as U+2581; a literal U+2581 in the input would decode as a space.
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
+
+// A sentencepiece BPE model whose encode/decode are exact on any bytes. sentencepiece alone
+// is exact only on valid UTF-8 without U+2581 (it replaces invalid bytes with U+FFFD and
+// reads U+2581 as a space), so those bytes bypass it as byte-fallback tokens, and decoding
+// maps each id straight to its bytes.
+class BpeTokenizer final : public Tokenizer {
+public:
+    explicit BpeTokenizer(std::string model_proto) : proto_(std::move(model_proto)) {
+        const auto status = processor_.LoadFromSerializedProto(proto_);
+        require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + status.ToString() +
+                                 "): re-create the dataset with `dqt data`");
+        const int vocab = processor_.GetPieceSize();
+        for (int byte = 0; byte < 256; ++byte) {
+            char piece[8];
+            std::snprintf(piece, sizeof piece, "<0x%02X>", byte);
+            byte_ids_[byte] = processor_.PieceToId(piece);
+            require(processor_.IsByte(byte_ids_[byte]),
+                    "bpe tokenizer has no byte-fallback pieces (not made by dqt): re-create the dataset with `dqt data`");
+        }
+        id_bytes_.resize(vocab);
+        for (int id = 0; id < vocab; ++id) {
+            if (processor_.IsByte(id)) continue;  // filled from byte_ids_ below
+            if (processor_.IsUnknown(id) || processor_.IsControl(id) || processor_.IsUnused(id)) continue;  // decode to ""
+            std::string_view piece = processor_.IdToPiece(id);
+            for (size_t at = piece.find(kSpaceMark); at != std::string_view::npos; at = piece.find(kSpaceMark)) {
+                id_bytes_[id].append(piece.substr(0, at)).push_back(' ');
+                piece.remove_prefix(at + kSpaceMark.size());
+            }
+            id_bytes_[id].append(piece);
+        }
+        for (int byte = 0; byte < 256; ++byte) id_bytes_[byte_ids_[byte]] = std::string(1, static_cast<char>(byte));
+    }
+
+    std::vector<int32_t> encode(std::string_view text) const override {
+        std::vector<int32_t> tokens;
+        tokens.reserve(text.size() / 3);
+        while (!text.empty()) {
+            const size_t bad = find_invalid_utf8(text);
+            encode_valid(text.substr(0, bad), tokens);  // bad == npos: all of it
+            if (bad == std::string_view::npos) break;
+            tokens.push_back(byte_ids_[static_cast<uint8_t>(text[bad])]);
+            text.remove_prefix(bad + 1);
+        }
+        return tokens;
+    }
+    std::string decode(std::span<const int32_t> tokens) const override {
+        std::string text;
+        for (int32_t token : tokens) {
+            require_in_vocab(token, vocab_size());
+            text += id_bytes_[token];
+        }
+        return text;
+    }
+    int vocab_size() const override { return static_cast<int>(id_bytes_.size()); }
+    std::string kind() const override { return "bpe"; }
+    std::string serialize() const override { return proto_; }
+
+private:
+    // text: valid UTF-8. Literal U+2581 goes out as its three byte tokens.
+    void encode_valid(std::string_view text, std::vector<int32_t>& tokens) const {
+        std::vector<int> ids;
+        while (!text.empty()) {
+            const size_t mark = text.find(kSpaceMark);
+            const std::string_view plain = text.substr(0, mark);
+            if (!plain.empty()) {
+                const auto status = processor_.Encode(plain, &ids);
+                if (!status.ok()) throw Error("bpe tokenizer failed to encode text: " + status.ToString());
+                tokens.insert(tokens.end(), ids.begin(), ids.end());
+            }
+            if (mark == std::string_view::npos) break;
+            for (char byte : kSpaceMark) tokens.push_back(byte_ids_[static_cast<uint8_t>(byte)]);
+            text.remove_prefix(mark + kSpaceMark.size());
+        }
+    }
+
+    std::string proto_;
+    sentencepiece::SentencePieceProcessor processor_;
+    int32_t byte_ids_[256];              // byte value -> its byte-fallback token
+    std::vector<std::string> id_bytes_;  // token -> the bytes it decodes to
+};
+
+// sentencepiece's trainer drops sentences longer than max_sentence_length (4192 bytes), and
+// a SOTU speech is one line: cut texts into lines (keeping the newline, so the model learns
+// it) and cut long lines before a space, where a BPE piece cannot span anyway.
+constexpr size_t kMaxTrainingChunk = 4000;
+
+std::vector<std::string> training_chunks(const std::vector<std::string>& texts) {
+    std::vector<std::string> chunks;
+    for (std::string_view text : texts) {
+        while (!text.empty()) {
+            size_t line_end = text.find('\n');
+            line_end = line_end == std::string_view::npos ? text.size() : line_end + 1;
+            std::string_view line = text.substr(0, line_end);
+            text.remove_prefix(line_end);
+            while (line.size() > kMaxTrainingChunk) {
+                size_t cut = line.rfind(' ', kMaxTrainingChunk);
+                if (cut == std::string_view::npos || cut == 0) {
+                    cut = kMaxTrainingChunk;
+                    while (cut > 0 && (static_cast<uint8_t>(line[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+                }
+                chunks.emplace_back(line.substr(0, cut));
+                line.remove_prefix(cut);
+            }
+            if (!line.empty()) chunks.emplace_back(line);
+        }
+    }
+    return chunks;
+}
+
+class ChunkIterator final : public sentencepiece::SentenceIterator {
+public:
+    explicit ChunkIterator(const std::vector<std::string>& chunks) : chunks_(chunks) {}
+    bool done() const override { return index_ >= chunks_.size(); }
+    void Next() override { ++index_; }
+    const std::string& value() const override { return chunks_[index_]; }
+    sentencepiece::util::Status status() const override { return {}; }
+
+private:
+    const std::vector<std::string>& chunks_;
+    size_t index_ = 0;
+};
+
+// tokenizer.bin layout (little-endian): "DQTTOKEN", u32 version, u32 kind length, kind,
+// u64 blob length, blob (serialize()), u32 CRC-32 of everything before it.
+constexpr char kTokenizerMagic[8] = {'D', 'Q', 'T', 'T', 'O', 'K', 'E', 'N'};
+constexpr uint32_t kTokenizerVersion = 1;
+
+template <typename T>
+std::string_view as_bytes(const T& value) {
+    return {reinterpret_cast<const char*>(&value), sizeof value};
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& texts, int vocab_size, int threads) {
+    require(vocab_size > 257 && vocab_size <= (1 << 20), "BPE vocabulary size " + std::to_string(vocab_size) +
+                                                             " is out of range: choose one in [258, 1048576] (e.g. 4096)");
+    const std::vector<std::string> chunks = training_chunks(texts);
+    require(!chunks.empty(), "cannot train a BPE tokenizer on an empty corpus: add some text");
+    const std::unordered_map<std::string, std::string> options = {
+        {"model_type", "bpe"},
+        {"vocab_size", std::to_string(vocab_size)},
+        {"byte_fallback", "true"},
+        // No normalisation of any kind: what is encoded is exactly what decodes.
+        {"normalization_rule_name", "identity"},
+        {"add_dummy_prefix", "false"},
+        {"remove_extra_whitespaces", "false"},
+        {"split_digits", "true"},
+        {"max_sentence_length", std::to_string(kMaxTrainingChunk + 1)},
+        // Only the unknown token (never produced, thanks to byte fallback): documents are
+        // separated by text, not by bos/eos tokens.
+        {"bos_id", "-1"},
+        {"eos_id", "-1"},
+        {"num_threads", std::to_string(std::max(1, threads))},
+        {"minloglevel", "2"},  // silence sentencepiece's progress log
+    };
+    ChunkIterator iterator(chunks);
+    std::string proto;
+    const auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &proto);
+    require(status.ok(), "cannot train a BPE tokenizer with vocabulary " + std::to_string(vocab_size) + ": " +
+                             status.ToString() + " (choose a vocabulary size that fits the corpus)");
+    return std::make_unique<BpeTokenizer>(std::move(proto));
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized) {
+    if (kind == "byte") return make_byte_tokenizer();
+    if (kind == "bpe") return std::make_unique<BpeTokenizer>(serialized);
+    throw Error("unknown tokenizer kind '" + kind + "' (expected byte or bpe): the file was not written by this dqt");
+}
+
+void save_tokenizer_file(const std::string& path, const Tokenizer& tokenizer) {
+    const std::string kind = tokenizer.kind();
+    const std::string blob = tokenizer.serialize();
+    const auto kind_length = static_cast<uint32_t>(kind.size());
+    const auto blob_length = static_cast<uint64_t>(blob.size());
+    const std::vector<std::string_view> pieces = {std::string_view(kTokenizerMagic, 8), as_bytes(kTokenizerVersion),
+                                                  as_bytes(kind_length), kind, as_bytes(blob_length), blob};
+    uint32_t crc = 0;
+    for (std::string_view piece : pieces) crc = crc32_update(crc, piece.data(), piece.size());
+    std::vector<std::string_view> with_crc = pieces;
+    with_crc.push_back(as_bytes(crc));
+    write_file_atomic(path, with_crc);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
+    const std::string bytes = read_file_bytes(path, "tokenizer file");
+    const std::string fix = ": re-create the dataset with `dqt data`";
+    // Reads the next n bytes, failing cleanly when the file ends first.
+    size_t at = 0;
+    auto take = [&](size_t n) {
+        require(bytes.size() - at >= n, "tokenizer file " + path + ": truncated" + fix);
+        const std::string_view piece(bytes.data() + at, n);
+        at += n;
+        return piece;
+    };
+    auto take_u32 = [&] { uint32_t v; std::memcpy(&v, take(4).data(), 4); return v; };
+    auto take_u64 = [&] { uint64_t v; std::memcpy(&v, take(8).data(), 8); return v; };
+    require(take(8) == std::string_view(kTokenizerMagic, 8), "tokenizer file " + path + ": wrong magic (not a dqt tokenizer file)" + fix);
+    const uint32_t version = take_u32();
+    require(version == kTokenizerVersion, "tokenizer file " + path + ": format version " + std::to_string(version) +
+                                              " is not supported (expected " + std::to_string(kTokenizerVersion) + ")" + fix);
+    const std::string kind(take(take_u32()));
+    const std::string blob(take(take_u64()));
+    const uint32_t crc = crc32_update(0, bytes.data(), at);
+    require(take_u32() == crc, "tokenizer file " + path + ": checksum mismatch (file corrupt)" + fix);
+    require(at == bytes.size(), "tokenizer file " + path + ": unexpected bytes after the end" + fix);
+    return load_tokenizer(kind, blob);
+}
+
+}  // namespace dqt

@@ -1,0 +1,40 @@
+#pragma once
+// Tokenizers: text <-> token ids. Both kinds round-trip any byte string exactly:
+// decode(encode(text)) == text, for valid UTF-8 and for arbitrary bytes alike.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dqt {
+
+class Tokenizer {
+public:
+    virtual ~Tokenizer();
+    virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+    // Throws dqt::Error for an id outside [0, vocab_size()).
+    virtual std::string decode(std::span<const int32_t> tokens) const = 0;
+    virtual int vocab_size() const = 0;
+    virtual std::string kind() const = 0;       // "byte" or "bpe"
+    virtual std::string serialize() const = 0;  // bytes stored in checkpoints; empty for "byte"
+};
+
+// Token = byte value; vocabulary 256.
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// Trains a sentencepiece BPE model in memory on texts, with exactly vocab_size tokens:
+// 1 unknown + 256 byte-fallback tokens + characters and merges. Byte fallback covers every
+// character the model lacks and no normalisation is applied, so any text round-trips.
+// Throws dqt::Error when vocab_size does not fit the texts (too small or too large).
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& texts, int vocab_size, int threads);
+
+// Rebuilds a tokenizer from kind() and serialize(); dqt::Error for an unknown kind or bad data.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized);
+
+// tokenizer.bin: magic, version, kind, blob, CRC-32 (see docs in tokenizer.cpp). Atomic write.
+void save_tokenizer_file(const std::string& path, const Tokenizer& tokenizer);
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
+
+}  // namespace dqt

@@ -1,0 +1,108 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace dqt {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// fsync of the directory makes the rename itself durable, not only the file's bytes.
+void fsync_directory(const std::string& path) {
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    require(fd >= 0, "cannot sync directory " + dir + " after writing " + path + ": " + errno_text());
+    const int rc = ::fsync(fd);
+    const int saved = errno;
+    ::close(fd);
+    // Some file systems cannot fsync a directory (EINVAL); the rename is still done.
+    require(rc == 0 || saved == EINVAL,
+            "cannot sync directory " + dir + " after writing " + path + ": " + std::strerror(saved));
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), temp_path_(path + ".tmp." + std::to_string(::getpid())) {
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+        const bool no_dir = errno == ENOENT;
+        throw Error("cannot write " + path_ + ": " + errno_text() +
+                    (no_dir ? " (does the directory exist?)" : ""));
+    }
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!renamed_) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+    require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    const auto* cursor = static_cast<const char*>(data);
+    while (bytes > 0) {
+        const ssize_t done = ::write(fd_, cursor, bytes);
+        if (done < 0 && errno == EINTR) continue;
+        if (done <= 0) throw Error("cannot write " + path_ + ": " + (done < 0 ? errno_text() : "no progress"));
+        cursor += done;
+        bytes -= static_cast<size_t>(done);
+    }
+}
+
+void AtomicFileWriter::commit() {
+    require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    // Delayed write errors (NFS, disk full on flush) surface at fsync or close: check both.
+    require(::fsync(fd_) == 0, "cannot write " + path_ + ": " + errno_text());
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    require(rc == 0, "cannot write " + path_ + ": " + errno_text());
+    require(::rename(temp_path_.c_str(), path_.c_str()) == 0,
+            "cannot write " + path_ + ": renaming " + temp_path_ + " failed: " + errno_text());
+    renamed_ = true;
+    fsync_directory(path_);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    AtomicFileWriter writer(path);
+    writer.write(bytes.data(), bytes.size());
+    writer.commit();
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+    const std::string label = std::string(what) + " " + path;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    require(fd >= 0, "cannot open " + label + ": " + errno_text());
+    struct stat info {};
+    std::string bytes;
+    if (::fstat(fd, &info) == 0 && info.st_size > 0) bytes.resize(static_cast<size_t>(info.st_size));
+    // One spare byte so the read that sees end-of-file needs no reallocation.
+    bytes.resize(bytes.size() + 1);
+    size_t used = 0;
+    for (;;) {
+        if (used == bytes.size()) bytes.resize(bytes.size() * 2);  // the file grew while reading
+        const ssize_t done = ::read(fd, bytes.data() + used, bytes.size() - used);
+        if (done < 0 && errno == EINTR) continue;
+        if (done < 0) {
+            const std::string reason = errno_text();
+            ::close(fd);
+            throw Error("cannot read " + label + ": " + reason);
+        }
+        if (done == 0) break;
+        used += static_cast<size_t>(done);
+    }
+    ::close(fd);
+    bytes.resize(used);
+    return bytes;
+}
+
+}  // namespace dqt

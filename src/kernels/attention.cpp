@@ -1,0 +1,327 @@
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "kernels/vecmath.h"
+
+namespace dqt {
+namespace {
+
+// The four matrix products of attention run through one register tile: kTileRows x
+// kTileCols outputs accumulate in vector registers while the reduction index streams by.
+// Tiles start at multiples of kTileRows, so causality is exploited at tile granularity.
+// The tile rows are GCC vector types: plain arrays get spilled to the stack every step.
+constexpr int kTileRows = 4;
+constexpr int kTileCols = 16;
+using Vec = float __attribute__((vector_size(kTileCols * sizeof(float))));
+using Tile = Vec[kTileRows];
+
+int round_up(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Vectors travel by reference: passing them by value would change the ABI between clones.
+inline void store_vec(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+
+inline void add_vec(float* p, const Vec& v) {
+    Vec sum;
+    std::memcpy(&sum, p, sizeof sum);
+    sum += v;
+    std::memcpy(p, &sum, sizeof sum);
+}
+
+// acc[r][l] += sum_{k0 <= k < k1} a[r][k * a_step] * b[k * ldb + l].
+inline void tile_accumulate(Tile& acc, const float* const* a, ptrdiff_t a_step, const float* b, ptrdiff_t ldb,
+                            int k0, int k1) {
+    static_assert(kTileRows == 4, "the accumulators below are spelled out so they stay in registers");
+    Vec c0 = acc[0], c1 = acc[1], c2 = acc[2], c3 = acc[3];
+    for (int k = k0; k < k1; ++k) {
+        Vec bk;
+        std::memcpy(&bk, b + k * ldb, sizeof bk);
+        c0 += a[0][k * a_step] * bk;
+        c1 += a[1][k * a_step] * bk;
+        c2 += a[2][k * a_step] * bk;
+        c3 += a[3][k * a_step] * bk;
+    }
+    acc[0] = c0;
+    acc[1] = c1;
+    acc[2] = c2;
+    acc[3] = c3;
+}
+
+// Row pointers of one tile; rows past the end repeat the last row (computed, never stored).
+void tile_rows(const float* (&rows)[kTileRows], const float* base, ptrdiff_t stride, int first, int count) {
+    for (int r = 0; r < kTileRows; ++r) rows[r] = base + std::min(first + r, count - 1) * stride;
+}
+
+// Shapes of one (batch, head) problem. Rows of q/out/dq/dout are q_stride floats apart, rows of
+// k/v/dk/dv kv_stride apart; the padded sizes let tiles run past the edges into zeros.
+struct Dims {
+    int seq, head_dim;
+    int seq_pad, dim_pad;  // rounded up to kTileCols
+    ptrdiff_t q_stride, kv_stride;
+    float scale;
+
+    Dims(int seq_, int heads, int kv_heads, int head_dim_)
+        : seq(seq_), head_dim(head_dim_), seq_pad(round_up(seq_, kTileCols)),
+          dim_pad(round_up(head_dim_, kTileCols)), q_stride(static_cast<ptrdiff_t>(heads) * head_dim_),
+          kv_stride(static_cast<ptrdiff_t>(kv_heads) * head_dim_),
+          scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)))) {}
+};
+
+// dst (head_dim, seq_pad) = transpose of src (seq rows, stride apart). Padding is never written.
+void transpose_into(float* dst, const float* src, ptrdiff_t stride, const Dims& dm) {
+    for (int t = 0; t < dm.seq; ++t)
+        for (int d = 0; d < dm.head_dim; ++d) dst[static_cast<ptrdiff_t>(d) * dm.seq_pad + t] = src[t * stride + d];
+}
+
+// dst (seq, dim_pad) = src (seq rows, stride apart). Padding is never written.
+void copy_into(float* dst, const float* src, ptrdiff_t stride, const Dims& dm) {
+    for (int t = 0; t < dm.seq; ++t)
+        std::copy(src + t * stride, src + t * stride + dm.head_dim, dst + static_cast<ptrdiff_t>(t) * dm.dim_pad);
+}
+
+// p (seq) = causal softmax of scale * s over the first n entries, zero after them.
+inline void softmax_row(float* p, const float* s, int n, int seq, float scale) {
+    const float shift = max_f32(s, n) * scale;  // scale > 0, so max and scaling commute
+    for (int j = 0; j < n; ++j) p[j] = exp_f32(s[j] * scale - shift);
+    const float inv = static_cast<float>(1.0 / sum_f64(p, n));
+    for (int j = 0; j < n; ++j) p[j] *= inv;
+    std::fill(p + n, p + seq, 0.0f);
+}
+
+// Per-thread buffers: keys and values of one kv head rearranged for the tiles, the same for one
+// query head in backward, and the gradient of the kv head summed over its query heads.
+struct Workspace {
+    Array<float> storage;
+    float* k_t;     // (head_dim, seq_pad) keys transposed (forward)
+    float* k_rows;  // (seq, dim_pad) keys (backward)
+    float* v_rows;  // (seq, dim_pad) values (forward)
+    float* v_t;     // (head_dim, seq_pad) values transposed (backward)
+    float* q_rows;  // (seq, dim_pad) queries of one head (backward)
+    float* do_rows; // (seq, dim_pad) output gradient of one head (backward)
+    float* dk_acc;  // (seq, dim_pad)
+    float* dv_acc;  // (seq, dim_pad)
+    float* scores;  // (kTileRows, seq_pad) one tile row of scores or their gradients
+
+    explicit Workspace(const Dims& dm) {
+        const size_t transposed = static_cast<size_t>(dm.head_dim) * dm.seq_pad;
+        const size_t rows = static_cast<size_t>(dm.seq) * dm.dim_pad;
+        storage = Array<float>(MemCategory::scratch, 2 * transposed + 6 * rows + kTileRows * dm.seq_pad);
+        float* next = storage.data();
+        auto carve = [&next](size_t count) { float* p = next; next += count; return p; };
+        k_t = carve(transposed);
+        v_t = carve(transposed);
+        k_rows = carve(rows);
+        v_rows = carve(rows);
+        q_rows = carve(rows);
+        do_rows = carve(rows);
+        dk_acc = carve(rows);
+        dv_acc = carve(rows);
+        scores = carve(kTileRows * dm.seq_pad);
+    }
+};
+
+// One (batch, head): q, out (seq rows, q_stride apart); k, v (seq rows, kv_stride apart) of
+// its kv head; probs (seq, seq).
+DQT_TARGET_CLONES
+void forward_head(float* out, float* probs, const float* q, const float* k, const float* v, const Dims& dm,
+                  Workspace& ws) {
+    const int T = dm.seq, D = dm.head_dim;
+    transpose_into(ws.k_t, k, dm.kv_stride, dm);
+    copy_into(ws.v_rows, v, dm.kv_stride, dm);
+    const float* rows[kTileRows];
+    for (int i0 = 0; i0 < T; i0 += kTileRows) {
+        const int valid = std::min(kTileRows, T - i0);
+        const int j_end = std::min(T, i0 + kTileRows);  // causal: keys 0 .. last row of the tile
+        // scores = q k^T for this tile row
+        tile_rows(rows, q, dm.q_stride, i0, T);
+        for (int j0 = 0; j0 < j_end; j0 += kTileCols) {
+            Tile acc = {};
+            tile_accumulate(acc, rows, 1, ws.k_t + j0, dm.seq_pad, 0, D);
+            for (int r = 0; r < kTileRows; ++r)
+                store_vec(ws.scores + r * dm.seq_pad + j0, acc[r]);
+        }
+        for (int r = 0; r < valid; ++r)
+            softmax_row(probs + static_cast<ptrdiff_t>(i0 + r) * T, ws.scores + r * dm.seq_pad, i0 + r + 1, T,
+                        dm.scale);
+        // out = probs v
+        tile_rows(rows, probs, T, i0, T);
+        for (int d0 = 0; d0 < D; d0 += kTileCols) {
+            Tile acc = {};
+            tile_accumulate(acc, rows, 1, ws.v_rows + d0, dm.dim_pad, 0, j_end);
+            const int width = std::min(kTileCols, D - d0);
+            for (int r = 0; r < valid; ++r)
+                for (int l = 0; l < width; ++l) out[(i0 + r) * dm.q_stride + d0 + l] = acc[r][l];
+        }
+    }
+}
+
+// One (batch, kv head) and its `group` query heads, so that dk and dv have a single writer.
+// q, dq, dout point at the first query head of the group (seq rows, q_stride apart; head g at
+// + g * head_dim); k, v, dk, dv (seq rows, kv_stride apart); probs, dscores (group, seq, seq).
+DQT_TARGET_CLONES
+void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const float* dout, const float* q,
+                      const float* k, const float* v, const float* probs, int group, const Dims& dm,
+                      Workspace& ws) {
+    const int T = dm.seq, D = dm.head_dim;
+    const ptrdiff_t TT = static_cast<ptrdiff_t>(T) * T;
+    copy_into(ws.k_rows, k, dm.kv_stride, dm);
+    transpose_into(ws.v_t, v, dm.kv_stride, dm);
+    std::fill(ws.dk_acc, ws.dk_acc + static_cast<size_t>(T) * dm.dim_pad, 0.0f);
+    std::fill(ws.dv_acc, ws.dv_acc + static_cast<size_t>(T) * dm.dim_pad, 0.0f);
+    const float* rows[kTileRows];
+    for (int g = 0; g < group; ++g) {
+        const float* p = probs + g * TT;  // (seq, seq)
+        float* ds = dscores + g * TT;     // (seq, seq) gradient of the scaled scores
+        copy_into(ws.q_rows, q + g * D, dm.q_stride, dm);
+        copy_into(ws.do_rows, dout + g * D, dm.q_stride, dm);
+        for (int i0 = 0; i0 < T; i0 += kTileRows) {
+            const int valid = std::min(kTileRows, T - i0);
+            const int j_end = std::min(T, i0 + kTileRows);
+            // dprobs = dout v^T
+            tile_rows(rows, ws.do_rows, dm.dim_pad, i0, T);
+            for (int j0 = 0; j0 < j_end; j0 += kTileCols) {
+                Tile acc = {};
+                tile_accumulate(acc, rows, 1, ws.v_t + j0, dm.seq_pad, 0, D);
+                for (int r = 0; r < kTileRows; ++r)
+                    store_vec(ws.scores + r * dm.seq_pad + j0, acc[r]);
+            }
+            // Softmax backward: ds_ij = p_ij (dp_ij - sum_l p_il dp_il) * scale. Entries
+            // j_end > j > i are zeroed because the dk tiles below read them.
+            for (int r = 0; r < valid; ++r) {
+                const int i = i0 + r;
+                const float* p_row = p + static_cast<ptrdiff_t>(i) * T;
+                const float* dp_row = ws.scores + r * dm.seq_pad;
+                float* ds_row = ds + static_cast<ptrdiff_t>(i) * T;
+                const float pdp = static_cast<float>(dot_f64(p_row, dp_row, i + 1));
+                for (int j = 0; j <= i; ++j) ds_row[j] = p_row[j] * (dp_row[j] - pdp) * dm.scale;
+                std::fill(ds_row + i + 1, ds_row + j_end, 0.0f);
+            }
+            // dq += ds k
+            tile_rows(rows, ds, T, i0, T);
+            for (int d0 = 0; d0 < D; d0 += kTileCols) {
+                Tile acc = {};
+                tile_accumulate(acc, rows, 1, ws.k_rows + d0, dm.dim_pad, 0, j_end);
+                const int width = std::min(kTileCols, D - d0);
+                for (int r = 0; r < valid; ++r) {
+                    float* dq_row = dq + (i0 + r) * dm.q_stride + g * D + d0;
+                    for (int l = 0; l < width; ++l) dq_row[l] += acc[r][l];
+                }
+            }
+        }
+        // dk += ds^T q and dv += p^T dout: tile rows are columns of ds and p, and only query
+        // rows i >= j contribute to key j.
+        for (int j0 = 0; j0 < T; j0 += kTileRows) {
+            const int valid = std::min(kTileRows, T - j0);
+            for (int d0 = 0; d0 < D; d0 += kTileCols) {
+                Tile acc = {};
+                tile_rows(rows, ds, 1, j0, T);
+                tile_accumulate(acc, rows, T, ws.q_rows + d0, dm.dim_pad, j0, T);
+                for (int r = 0; r < valid; ++r) add_vec(ws.dk_acc + (j0 + r) * dm.dim_pad + d0, acc[r]);
+                Tile acc_v = {};
+                tile_rows(rows, p, 1, j0, T);
+                tile_accumulate(acc_v, rows, T, ws.do_rows + d0, dm.dim_pad, j0, T);
+                for (int r = 0; r < valid; ++r) add_vec(ws.dv_acc + (j0 + r) * dm.dim_pad + d0, acc_v[r]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int d = 0; d < D; ++d) {
+            dk[t * dm.kv_stride + d] += ws.dk_acc[t * dm.dim_pad + d];
+            dv[t * dm.kv_stride + d] += ws.dv_acc[t * dm.dim_pad + d];
+        }
+}
+
+// One head of attention_decode: q, out (head_dim); k, v (pos + 1 rows, kv_stride apart);
+// scores, probs (pos + 1). Sums in the same order as the tiles of forward_head.
+DQT_TARGET_CLONES
+void decode_head(float* out, const float* q, const float* k, const float* v, int pos, int head_dim,
+                 ptrdiff_t kv_stride, float* scores, float* probs) {
+    const int n = pos + 1;
+    for (int j = 0; j < n; ++j) {
+        float s = 0;
+        for (int d = 0; d < head_dim; ++d) s += q[d] * k[j * kv_stride + d];
+        scores[j] = s;
+    }
+    softmax_row(probs, scores, n, n, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
+    std::fill(out, out + head_dim, 0.0f);
+    for (int j = 0; j < n; ++j)
+        for (int d = 0; d < head_dim; ++d) out[d] += probs[j] * v[j * kv_stride + d];
+}
+
+void check_heads(int heads, int kv_heads) {
+    require(kv_heads > 0 && heads % kv_heads == 0, "attention: heads (" + std::to_string(heads) +
+                                                       ") must be a multiple of kv_heads (" +
+                                                       std::to_string(kv_heads) + ")");
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int batch,
+                       int seq, int heads, int kv_heads, int head_dim) {
+    check_heads(heads, kv_heads);
+    const Dims dm(seq, heads, kv_heads, head_dim);
+    const int group = heads / kv_heads;
+#pragma omp parallel
+    {
+        Workspace ws(dm);
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < batch * heads; ++bh) {
+            const int b = bh / heads, h = bh % heads;
+            const ptrdiff_t q_off = static_cast<ptrdiff_t>(b) * seq * dm.q_stride + h * head_dim;
+            const ptrdiff_t kv_off = static_cast<ptrdiff_t>(b) * seq * dm.kv_stride + (h / group) * head_dim;
+            forward_head(out + q_off, probs + static_cast<ptrdiff_t>(bh) * seq * seq, q + q_off, k + kv_off,
+                         v + kv_off, dm, ws);
+        }
+    }
+}
+
+size_t attention_backward_scratch_floats(int batch, int seq, int heads) {
+    return static_cast<size_t>(batch) * heads * seq * seq;
+}
+
+void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch, const float* dout,
+                        const float* q, const float* k, const float* v, const float* probs, int batch, int seq,
+                        int heads, int kv_heads, int head_dim) {
+    check_heads(heads, kv_heads);
+    const Dims dm(seq, heads, kv_heads, head_dim);
+    const int group = heads / kv_heads;
+#pragma omp parallel
+    {
+        Workspace ws(dm);
+#pragma omp for schedule(static)
+        for (int bkv = 0; bkv < batch * kv_heads; ++bkv) {
+            const int b = bkv / kv_heads, kvh = bkv % kv_heads;
+            const ptrdiff_t q_off = static_cast<ptrdiff_t>(b) * seq * dm.q_stride + kvh * group * head_dim;
+            const ptrdiff_t kv_off = static_cast<ptrdiff_t>(b) * seq * dm.kv_stride + kvh * head_dim;
+            const ptrdiff_t p_off = (static_cast<ptrdiff_t>(b) * heads + kvh * group) * seq * seq;
+            backward_kv_head(dq + q_off, dk + kv_off, dv + kv_off, dscores_scratch + p_off, dout + q_off, q + q_off,
+                             k + kv_off, v + kv_off, probs + p_off, group, dm, ws);
+        }
+    }
+}
+
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int pos,
+                      int heads, int kv_heads, int head_dim) {
+    check_heads(heads, kv_heads);
+    const int group = heads / kv_heads;
+    const ptrdiff_t kv_stride = static_cast<ptrdiff_t>(kv_heads) * head_dim;
+#pragma omp parallel
+    {
+        std::vector<float> scores(pos + 1), probs(pos + 1);  // small and transient
+#pragma omp for schedule(static)
+        for (int h = 0; h < heads; ++h) {
+            const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = (h / group) * head_dim;
+            decode_head(out + q_off, q + q_off, k_cache + kv_off, v_cache + kv_off, pos, head_dim, kv_stride,
+                        scores.data(), probs.data());
+        }
+    }
+}
+
+}  // namespace dqt

@@ -1,0 +1,13 @@
+#pragma once
+// SwiGLU activation of the LLaMA FFN: h = silu(gate) * up, silu(g) = g * sigmoid(g).
+#include <cstddef>
+
+namespace dqt {
+
+// h, gate, up (count), elementwise.
+void swiglu_forward(float* h, const float* gate, const float* up, size_t count);
+
+// dgate += dL/dgate, dup += dL/dup (count), given dh = dL/dh.
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, size_t count);
+
+}  // namespace dqt

@@ -1,0 +1,83 @@
+#pragma once
+// Small building blocks shared by the kernels. Reductions keep several independent
+// accumulators so g++ -O3 vectorises them without -ffast-math, and combine the lanes in a
+// fixed order: a result depends only on the input, never on the thread that computes it.
+#include <bit>
+#include <cstdint>
+
+namespace dqt {
+
+// Compiles a hot function for AVX-512, AVX2 and baseline x86-64; the loader picks the best the
+// CPU supports (the build has no -march flag). Put it on functions without OpenMP pragmas:
+// the bodies OpenMP outlines do not inherit it.
+#define DQT_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+
+inline constexpr int kLanes = 8;
+
+// sum_i a[i] * b[i], accumulated in double.
+inline double dot_f64(const float* a, const float* b, int n) {
+    double lane[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(a[i + l]) * b[i + l];
+    for (; i < n; ++i) lane[0] += static_cast<double>(a[i]) * b[i];
+    double sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += lane[l];
+    return sum;
+}
+
+// sum_i x[i], accumulated in double.
+inline double sum_f64(const float* x, int n) {
+    double lane[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] += x[i + l];
+    for (; i < n; ++i) lane[0] += x[i];
+    double sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += lane[l];
+    return sum;
+}
+
+// max_i x[i] for n >= 1.
+inline float max_f32(const float* x, int n) {
+    float lane[kLanes];
+    for (int l = 0; l < kLanes; ++l) lane[l] = x[0];
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+    for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    float m = lane[0];
+    for (int l = 1; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+    return m;
+}
+
+// exp(x) in float from plain arithmetic, so loops calling it vectorise (glibc's expf does
+// not without -ffast-math). Relative error below 2e-7 on [-86, 88]. Finite inputs outside
+// that range are clamped to it (exp(-inf) gives about 4e-38 rather than 0, large inputs about
+// 1.7e38 rather than inf); NaN stays NaN.
+inline float exp_f32(float x) {
+    // The clamp works on the bit pattern: g++ (with its default -ftrapping-math) will not turn
+    // float comparisons into vector selects, integer ones it will.
+    const int32_t bits = std::bit_cast<int32_t>(x);
+    const int32_t sign = bits & INT32_MIN;
+    const int32_t magnitude = bits & INT32_MAX;
+    const int32_t limit = sign ? 0x42ac0000 : 0x42b00000;  // 86.0f and 88.0f: keeps 2^n normal
+    const int32_t inf = 0x7f800000;                        // anything above is NaN
+    x = std::bit_cast<float>((magnitude > limit && magnitude <= inf ? limit : magnitude) | sign);
+    // x = n * ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
+    const float shifter = 12582912.0f;
+    const float n = (x * 1.44269504088896341f + shifter) - shifter;
+    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two parts
+    // Minimax polynomial for exp(r) on [-ln2/2, ln2/2] (Cephes expf).
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    // Multiply by 2^n by adding n to the exponent field.
+    return std::bit_cast<float>(std::bit_cast<int32_t>(p) + (static_cast<int32_t>(n) << 23));
+}
+
+}  // namespace dqt

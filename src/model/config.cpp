@@ -1,0 +1,94 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dqt {
+
+void ModelConfig::validate() const {
+    auto positive = [](const char* name, int value) {
+        require(value > 0, std::string("model config: ") + name + " must be positive, got " + std::to_string(value));
+    };
+    positive("dim", dim);
+    positive("n_layers", n_layers);
+    positive("n_heads", n_heads);
+    positive("n_kv_heads", n_kv_heads);
+    positive("ffn_dim", ffn_dim);
+    positive("vocab_size", vocab_size);
+    positive("seq_len", seq_len);
+    require(dim % n_heads == 0, "model config: n_heads (" + std::to_string(n_heads) + ") must divide dim (" +
+                                    std::to_string(dim) + ")");
+    require(n_heads % n_kv_heads == 0, "model config: n_kv_heads (" + std::to_string(n_kv_heads) +
+                                           ") must divide n_heads (" + std::to_string(n_heads) + ")");
+    require(head_dim() % 2 == 0, "model config: head_dim = dim / n_heads must be even for rotary embeddings, got " +
+                                     std::to_string(head_dim()));
+    require(rope_theta > 0, "model config: rope_theta must be positive");
+    require(norm_eps > 0, "model config: norm_eps must be positive");
+    require(init_std > 0, "model config: init_std must be positive");
+}
+
+int64_t ModelConfig::parameter_count() const {
+    const int64_t C = dim, F = ffn_dim, V = vocab_size, KV = kv_dim();
+    int64_t per_layer = C * C * 2 + C * KV * 2 + 3 * C * F + 2 * C;
+    if (subln) per_layer += C + F;
+    return V * C * 2 + n_layers * per_layer + C;
+}
+
+double ModelConfig::train_flops_per_token() const {
+    const double C = dim, F = ffn_dim, V = vocab_size, KV = kv_dim();
+    const double matmul_weights = n_layers * (C * C * 2 + C * KV * 2 + 3 * C * F) + V * C;
+    // Causal attention: QK^T and PV each 2*C*T/2 multiply-adds per token on average, x3 for backward.
+    const double attention = n_layers * 6.0 * C * seq_len;
+    return 6.0 * matmul_weights + attention;
+}
+
+void to_json(nlohmann::json& j, const ModelConfig& c) {
+    j = nlohmann::json{{"dim", c.dim},           {"n_layers", c.n_layers},     {"n_heads", c.n_heads},
+                       {"n_kv_heads", c.n_kv_heads}, {"ffn_dim", c.ffn_dim},   {"vocab_size", c.vocab_size},
+                       {"seq_len", c.seq_len},   {"subln", c.subln},           {"rope_theta", c.rope_theta},
+                       {"norm_eps", c.norm_eps}, {"init_std", c.init_std}};
+}
+
+void from_json(const nlohmann::json& j, ModelConfig& c) {
+    static const std::set<std::string> known = {"dim",     "n_layers",   "n_heads",    "n_kv_heads",
+                                                "ffn_dim", "vocab_size", "seq_len",    "subln",
+                                                "rope_theta", "norm_eps", "init_std"};
+    require(j.is_object(), "model config: expected a JSON object");
+    for (const auto& [key, value] : j.items()) {
+        require(known.count(key) == 1, "model config: unknown key '" + key + "'");
+    }
+    try {
+        if (j.contains("dim")) c.dim = j.at("dim").get<int>();
+        if (j.contains("n_layers")) c.n_layers = j.at("n_layers").get<int>();
+        if (j.contains("n_heads")) c.n_heads = j.at("n_heads").get<int>();
+        c.n_kv_heads = j.contains("n_kv_heads") ? j.at("n_kv_heads").get<int>() : c.n_heads;
+        if (j.contains("ffn_dim")) c.ffn_dim = j.at("ffn_dim").get<int>();
+        if (j.contains("vocab_size")) c.vocab_size = j.at("vocab_size").get<int>();
+        if (j.contains("seq_len")) c.seq_len = j.at("seq_len").get<int>();
+        if (j.contains("subln")) c.subln = j.at("subln").get<bool>();
+        if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<float>();
+        if (j.contains("norm_eps")) c.norm_eps = j.at("norm_eps").get<float>();
+        if (j.contains("init_std")) c.init_std = j.at("init_std").get<float>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("model config: wrong value type (") + e.what() + ")");
+    }
+}
+
+nlohmann::json load_model_config_json(const std::string& path) {
+    std::ifstream file(path);
+    require(file.good(), "cannot open model config " + path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(file);
+    } catch (const nlohmann::json::exception&) {
+        throw Error("model config " + path + " is not valid JSON");
+    }
+    require(j.is_object(), "model config " + path + " must be a JSON object");
+    return j;
+}
+
+}  // namespace dqt

@@ -1,0 +1,40 @@
+#pragma once
+// Shape of a LLaMA-structured decoder (SPEC.md section 1), set by JSON and/or CLI flags.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dqt {
+
+struct ModelConfig {
+    int dim = 256;          // hidden size C
+    int n_layers = 4;
+    int n_heads = 4;
+    int n_kv_heads = 4;     // < n_heads for grouped-query attention
+    int ffn_dim = 688;      // SwiGLU inner size F
+    int vocab_size = 256;   // byte-level by default
+    int seq_len = 256;      // context length T used in training
+    bool subln = true;      // extra RMSNorm before o_proj and down_proj (DQT / BitNet code)
+    float rope_theta = 10000.0f;
+    float norm_eps = 1e-5f;
+    float init_std = 0.02f;
+
+    int head_dim() const { return dim / n_heads; }
+    int kv_dim() const { return n_kv_heads * head_dim(); }
+    // Throws dqt::Error naming the first impossible setting.
+    void validate() const;
+    // Number of parameters of the whole model (embedding and head included).
+    int64_t parameter_count() const;
+    // Training FLOPs per token for forward + backward (6 per weight per token, plus
+    // causal attention: 6 * L * T * C on average), used for GFLOP/s reports.
+    double train_flops_per_token() const;
+};
+
+void to_json(nlohmann::json& j, const ModelConfig& config);
+void from_json(const nlohmann::json& j, ModelConfig& config);
+// Reads a model config JSON file as raw JSON (keys checked when converted with from_json:
+// unknown keys are an error, so a typo never silently falls back to a default).
+nlohmann::json load_model_config_json(const std::string& path);
+
+}  // namespace dqt

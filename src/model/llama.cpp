@@ -1,0 +1,199 @@
+#include "model/llama.h"
+
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace dqt {
+
+namespace {
+
+void zero(const Array<float>& array) { std::memset(array.data(), 0, array.bytes()); }
+
+void add_in_place(float* out, const float* in, size_t count) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) out[i] += in[i];
+}
+
+}  // namespace
+
+Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : batch(batch_size), seq(seq_len) {
+    const size_t N = static_cast<size_t>(batch) * seq;  // tokens
+    const size_t C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), H = c.n_heads;
+    const MemCategory act = MemCategory::activations;
+    layers.resize(c.n_layers);
+    for (LayerActivations& a : layers) {
+        a.input = Array<float>(act, N * C);
+        a.ln1 = Array<float>(act, N * C);
+        a.ln1_rstd = Array<float>(act, N);
+        a.q = Array<float>(act, N * C);
+        a.k = Array<float>(act, N * KV);
+        a.v = Array<float>(act, N * KV);
+        a.probs = Array<float>(act, static_cast<size_t>(batch) * H * seq * seq);
+        a.att = Array<float>(act, N * C);
+        if (c.subln) {
+            a.att_sub = Array<float>(act, N * C);
+            a.att_sub_rstd = Array<float>(act, N);
+            a.h_sub = Array<float>(act, N * F);
+            a.h_sub_rstd = Array<float>(act, N);
+        }
+        a.mid = Array<float>(act, N * C);
+        a.ln2 = Array<float>(act, N * C);
+        a.ln2_rstd = Array<float>(act, N);
+        a.gate = Array<float>(act, N * F);
+        a.up = Array<float>(act, N * F);
+        a.h = Array<float>(act, N * F);
+    }
+    final_input = Array<float>(act, N * C);
+    lnf = Array<float>(act, N * C);
+    lnf_rstd = Array<float>(act, N);
+    logits = Array<float>(act, N * V);
+    tokens = Array<int32_t>(act, N);
+    targets = Array<int32_t>(act, N);
+
+    const MemCategory scratch = MemCategory::scratch;
+    d_residual = Array<float>(scratch, N * C);
+    d_c = Array<float>(scratch, N * C);
+    d_c2 = Array<float>(scratch, N * C);
+    d_q = Array<float>(scratch, N * C);
+    d_k = Array<float>(scratch, N * KV);
+    d_v = Array<float>(scratch, N * KV);
+    d_f = Array<float>(scratch, N * F);
+    d_gate = Array<float>(scratch, N * F);
+    d_up = Array<float>(scratch, N * F);
+    d_attention = Array<float>(scratch, attention_backward_scratch_floats(batch, seq, c.n_heads));
+}
+
+double model_forward(const ModelParameters& model, Activations& acts, bool with_targets) {
+    const ModelConfig& c = model.config;
+    const int B = acts.batch, T = acts.seq, N = B * T;
+    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), D = c.head_dim();
+    const ModelTensors& w = model.weights;
+
+    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
+    embedding_forward(residual, acts.tokens.data(), w.token_embd, N, C);
+
+    for (int l = 0; l < c.n_layers; ++l) {
+        LayerActivations& a = acts.layers[l];
+        const LayerParams& p = w.layers[l];
+        float* next = (l + 1 < c.n_layers) ? acts.layers[l + 1].input.data() : acts.final_input.data();
+
+        // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
+        rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), p.attn_norm, N, C, c.norm_eps);
+        linear_forward(a.q.data(), a.ln1.data(), p.wq, N, C, C);
+        linear_forward(a.k.data(), a.ln1.data(), p.wk, N, C, KV);
+        linear_forward(a.v.data(), a.ln1.data(), p.wv, N, C, KV);
+        rope_forward(a.q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
+        rope_forward(a.k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
+        attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
+                          c.n_kv_heads, D);
+        const float* att_out = a.att.data();
+        if (c.subln) {
+            rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), p.attn_subnorm, N, C, c.norm_eps);
+            att_out = a.att_sub.data();
+        }
+        linear_forward(a.mid.data(), att_out, p.wo, N, C, C);
+        add_in_place(a.mid.data(), a.input.data(), static_cast<size_t>(N) * C);
+
+        // Feed-forward block: mid + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(mid).
+        rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), p.ffn_norm, N, C, c.norm_eps);
+        linear_forward(a.gate.data(), a.ln2.data(), p.w_gate, N, C, F);
+        linear_forward(a.up.data(), a.ln2.data(), p.w_up, N, C, F);
+        swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
+        const float* ffn_in = a.h.data();
+        if (c.subln) {
+            rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), p.ffn_subnorm, N, F, c.norm_eps);
+            ffn_in = a.h_sub.data();
+        }
+        linear_forward(next, ffn_in, p.w_down, N, F, C);
+        add_in_place(next, a.mid.data(), static_cast<size_t>(N) * C);
+    }
+
+    rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), w.output_norm, N, C, c.norm_eps);
+    linear_forward(acts.logits.data(), acts.lnf.data(), w.output, N, C, V);
+    if (!with_targets) return 0.0;
+    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, V, 0.0f);
+}
+
+void model_backward(ModelParameters& model, Activations& acts, float grad_scale) {
+    const ModelConfig& c = model.config;
+    const int B = acts.batch, T = acts.seq, N = B * T;
+    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), D = c.head_dim();
+    const ModelTensors& w = model.weights;
+    const ModelTensors& g = model.grads;
+
+    // dlogits overwrite the logits in place: row by row, softmax reads a row before writing it.
+    float* dlogits = acts.logits.data();  // (B, T, V)
+    cross_entropy_forward_backward(dlogits, acts.logits.data(), acts.targets.data(), N, V, grad_scale);
+
+    // Head and final norm: d_residual = dL/d final_input.
+    zero(acts.d_c);
+    linear_backward(acts.d_c.data(), g.output, dlogits, acts.lnf.data(), w.output, N, C, V);
+    zero(acts.d_residual);
+    rmsnorm_backward(acts.d_residual.data(), g.output_norm, acts.d_c.data(), acts.final_input.data(), w.output_norm,
+                     acts.lnf_rstd.data(), N, C);
+
+    for (int l = c.n_layers - 1; l >= 0; --l) {
+        LayerActivations& a = acts.layers[l];
+        const LayerParams& p = w.layers[l];
+        const LayerParams& gp = g.layers[l];
+
+        // Feed-forward block. d_residual carries dL/d(next) and becomes dL/d(mid).
+        const float* ffn_in = c.subln ? a.h_sub.data() : a.h.data();
+        zero(acts.d_f);
+        linear_backward(acts.d_f.data(), gp.w_down, acts.d_residual.data(), ffn_in, p.w_down, N, F, C);
+        const float* d_h = acts.d_f.data();
+        if (c.subln) {
+            zero(acts.d_gate);  // borrowed as dL/dh
+            rmsnorm_backward(acts.d_gate.data(), gp.ffn_subnorm, acts.d_f.data(), a.h.data(), p.ffn_subnorm,
+                             a.h_sub_rstd.data(), N, F);
+            std::memcpy(acts.d_f.data(), acts.d_gate.data(), acts.d_f.bytes());
+            d_h = acts.d_f.data();
+        }
+        zero(acts.d_gate);
+        zero(acts.d_up);
+        swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
+                        static_cast<size_t>(N) * F);
+        zero(acts.d_c);
+        linear_backward(acts.d_c.data(), gp.w_gate, acts.d_gate.data(), a.ln2.data(), p.w_gate, N, C, F);
+        linear_backward(acts.d_c.data(), gp.w_up, acts.d_up.data(), a.ln2.data(), p.w_up, N, C, F);
+        rmsnorm_backward(acts.d_residual.data(), gp.ffn_norm, acts.d_c.data(), a.mid.data(), p.ffn_norm,
+                         a.ln2_rstd.data(), N, C);
+
+        // Attention block. d_residual becomes dL/d(input).
+        const float* att_out = c.subln ? a.att_sub.data() : a.att.data();
+        zero(acts.d_c);
+        linear_backward(acts.d_c.data(), gp.wo, acts.d_residual.data(), att_out, p.wo, N, C, C);
+        float* d_att = acts.d_c.data();
+        if (c.subln) {
+            zero(acts.d_c2);
+            rmsnorm_backward(acts.d_c2.data(), gp.attn_subnorm, acts.d_c.data(), a.att.data(), p.attn_subnorm,
+                             a.att_sub_rstd.data(), N, C);
+            d_att = acts.d_c2.data();
+        }
+        zero(acts.d_q);
+        zero(acts.d_k);
+        zero(acts.d_v);
+        attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), acts.d_attention.data(), d_att,
+                           a.q.data(), a.k.data(), a.v.data(), a.probs.data(), B, T, c.n_heads, c.n_kv_heads, D);
+        rope_backward(acts.d_q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
+        rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
+        float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now
+        std::memset(d_ln1, 0, static_cast<size_t>(N) * C * sizeof(float));
+        linear_backward(d_ln1, gp.wq, acts.d_q.data(), a.ln1.data(), p.wq, N, C, C);
+        linear_backward(d_ln1, gp.wk, acts.d_k.data(), a.ln1.data(), p.wk, N, C, KV);
+        linear_backward(d_ln1, gp.wv, acts.d_v.data(), a.ln1.data(), p.wv, N, C, KV);
+        rmsnorm_backward(acts.d_residual.data(), gp.attn_norm, d_ln1, a.input.data(), p.attn_norm, a.ln1_rstd.data(),
+                         N, C);
+    }
+
+    embedding_backward(g.token_embd, acts.d_residual.data(), acts.tokens.data(), N, C);
+}
+
+}  // namespace dqt

@@ -1,0 +1,69 @@
+#pragma once
+// The LLaMA decoder's training forward and backward, written out op by op (llm.c style).
+// Activations for one micro-batch of (B, T) tokens live in `Activations`; backward
+// accumulates into ModelParameters::gradients.
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/parameters.h"
+
+namespace dqt {
+
+// Saved forward state of one layer, all category activations.
+struct LayerActivations {
+    Array<float> input;        // (B, T, C) residual stream entering the layer
+    Array<float> ln1;          // (B, T, C)
+    Array<float> ln1_rstd;     // (B, T)
+    Array<float> q;            // (B, T, H, D) after RoPE
+    Array<float> k;            // (B, T, Hkv, D) after RoPE
+    Array<float> v;            // (B, T, Hkv, D)
+    Array<float> probs;        // (B, H, T, T) causal softmax
+    Array<float> att;          // (B, T, C) attention output (before SubLN)
+    Array<float> att_sub;      // (B, T, C) SubLN of att (aliases att without SubLN)
+    Array<float> att_sub_rstd; // (B, T)
+    Array<float> mid;          // (B, T, C) residual after attention
+    Array<float> ln2;          // (B, T, C)
+    Array<float> ln2_rstd;     // (B, T)
+    Array<float> gate;         // (B, T, F)
+    Array<float> up;           // (B, T, F)
+    Array<float> h;            // (B, T, F) silu(gate) * up
+    Array<float> h_sub;        // (B, T, F) SubLN of h
+    Array<float> h_sub_rstd;   // (B, T)
+};
+
+struct Activations {
+    int batch = 0, seq = 0;
+    std::vector<LayerActivations> layers;
+    Array<float> final_input;  // (B, T, C) residual after the last layer
+    Array<float> lnf;          // (B, T, C)
+    Array<float> lnf_rstd;     // (B, T)
+    Array<float> logits;       // (B, T, V); overwritten by dlogits in backward
+    Array<int32_t> tokens;     // (B, T)
+    Array<int32_t> targets;    // (B, T)
+
+    // Backward scratch (category scratch), reused across layers.
+    Array<float> d_residual;   // (B, T, C) dL/d residual stream
+    Array<float> d_c;          // (B, T, C)
+    Array<float> d_c2;         // (B, T, C)
+    Array<float> d_q;          // (B, T, H, D)
+    Array<float> d_k;          // (B, T, Hkv, D)
+    Array<float> d_v;          // (B, T, Hkv, D)
+    Array<float> d_f;          // (B, T, F)
+    Array<float> d_gate;       // (B, T, F)
+    Array<float> d_up;         // (B, T, F)
+    Array<float> d_attention;  // attention backward scratch
+
+    Activations(const ModelConfig& config, int batch, int seq);
+};
+
+// Forward over tokens (B, T) already copied into acts.tokens. If targets are given
+// (acts.targets filled, with_targets true) returns the summed cross-entropy in nats over all
+// B*T positions; logits stay in acts.logits.
+double model_forward(const ModelParameters& model, Activations& acts, bool with_targets);
+
+// Backward of the last model_forward (which must have had targets). The loss gradient is
+// scaled by grad_scale (1 / tokens in the whole optimizer step); accumulates into gradients.
+void model_backward(ModelParameters& model, Activations& acts, float grad_scale);
+
+}  // namespace dqt

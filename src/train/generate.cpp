@@ -1,0 +1,54 @@
+#include "train/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace dqt {
+
+GenerationResult generate_text(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& prompt,
+                               int max_new_tokens, const SamplingOptions& sampling,
+                               const std::function<void(const std::string&)>& on_text) {
+    require(max_new_tokens >= 0, "--tokens must not be negative");
+    std::vector<int32_t> tokens = tokenizer.encode(prompt);
+    require(!tokens.empty(), "the prompt is empty: give at least one character with --prompt");
+    const int context = model.config.seq_len;
+    // Keep the most recent tokens if the prompt alone would fill the context.
+    if (static_cast<int>(tokens.size()) > context - 1) tokens.erase(tokens.begin(), tokens.end() - (context - 1));
+    const int budget = std::min(max_new_tokens, context - static_cast<int>(tokens.size()));
+
+    KvCache cache(model.config, context);
+    DecodeScratch scratch(model.config);
+    for (int32_t token : tokens) decode_token(model, cache, scratch, token);
+
+    GenerationResult result;
+    result.prompt_tokens = static_cast<int>(tokens.size());
+    std::vector<int32_t> generated;
+    size_t emitted_chars = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < budget; ++i) {
+        const float u = uniform01(sampling.seed, kStreamSample, static_cast<uint32_t>(cache.length), 0);
+        const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, sampling, u);
+        generated.push_back(next);
+        if (on_text) {
+            // Decode the whole continuation and emit what is new; a byte-level tokenizer may
+            // hold half a UTF-8 character, which then appears with the next token.
+            const std::string text = tokenizer.decode(generated);
+            if (text.size() > emitted_chars) {
+                on_text(text.substr(emitted_chars));
+                emitted_chars = text.size();
+            }
+        }
+        if (i + 1 < budget) decode_token(model, cache, scratch, next);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.text = tokenizer.decode(generated);
+    result.generated_tokens = static_cast<int>(generated.size());
+    result.tokens_per_second = seconds > 0 ? result.generated_tokens / seconds : 0.0;
+    return result;
+}
+
+}  // namespace dqt

@@ -1,0 +1,23 @@
+#pragma once
+// Text generation: encode a prompt, run it through the KV cache, sample new tokens.
+#include <functional>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "model/inference.h"
+
+namespace dqt {
+
+struct GenerationResult {
+    std::string text;            // the continuation only (prompt excluded)
+    int prompt_tokens = 0;
+    int generated_tokens = 0;
+    double tokens_per_second = 0.0;  // decode speed of the generated tokens
+};
+
+// on_text (optional) receives each new piece of text as soon as it is decodable.
+GenerationResult generate_text(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& prompt,
+                               int max_new_tokens, const SamplingOptions& sampling,
+                               const std::function<void(const std::string&)>& on_text = nullptr);
+
+}  // namespace dqt

@@ -1,0 +1,33 @@
+#pragma once
+// A training run's checkpoint: model config, training options, step, tokenizer, parameters
+// and optimizer state, in the checksummed container of io/checkpoint.h.
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "model/parameters.h"
+#include "optim/adamw.h"
+#include "train/options.h"
+
+namespace dqt {
+
+// Written atomically (temp file, fsync, rename).
+void save_training_checkpoint(const std::string& path, const TrainOptions& options, int step,
+                              const ModelParameters& model, const AdamWState& state, const Tokenizer& tokenizer);
+
+struct LoadedModel {
+    std::unique_ptr<ModelParameters> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    TrainOptions options;
+    int step = 0;
+};
+
+// Model and tokenizer only (eval, generate).
+LoadedModel load_model_checkpoint(const std::string& path);
+// Restores parameters and optimizer state into existing objects built from the same
+// config (resume); returns the step the checkpoint was written after.
+int load_training_state(const std::string& path, ModelParameters& model, AdamWState& state);
+// Options stored in a checkpoint.
+TrainOptions read_checkpoint_options(const std::string& path);
+
+}  // namespace dqt

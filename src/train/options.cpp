@@ -1,0 +1,76 @@
+#include "train/options.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dqt {
+
+void TrainOptions::validate() const {
+    model.validate();
+    require(steps > 0, "--steps must be positive, got " + std::to_string(steps));
+    require(batch > 0, "--batch must be positive, got " + std::to_string(batch));
+    require(grad_accum > 0, "--grad-accum must be positive, got " + std::to_string(grad_accum));
+    require(lr > 0, "--lr must be positive, got " + std::to_string(lr));
+    require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]");
+    require(warmup_steps >= 0, "--warmup must not be negative");
+    require(adam.beta1 >= 0 && adam.beta1 < 1, "--beta1 must be in [0, 1)");
+    require(adam.beta2 >= 0 && adam.beta2 < 1, "--beta2 must be in [0, 1)");
+    require(adam.eps > 0, "--adam-eps must be positive");
+    require(adam.weight_decay >= 0, "--weight-decay must not be negative");
+    require(grad_clip >= 0, "--grad-clip must not be negative (0 disables clipping)");
+    require(eval_every >= 0, "--eval-every must not be negative");
+    require(eval_tokens > 0, "--eval-tokens must be positive");
+    require(log_every > 0, "--log-every must be positive");
+    require(checkpoint_every >= 0, "--checkpoint-every must not be negative");
+}
+
+void to_json(nlohmann::json& j, const TrainOptions& o) {
+    j = nlohmann::json{{"data_dir", o.data_dir},
+                       {"out_dir", o.out_dir},
+                       {"model", o.model},
+                       {"steps", o.steps},
+                       {"batch", o.batch},
+                       {"grad_accum", o.grad_accum},
+                       {"lr", o.lr},
+                       {"min_lr_ratio", o.min_lr_ratio},
+                       {"warmup_steps", o.warmup_steps},
+                       {"beta1", o.adam.beta1},
+                       {"beta2", o.adam.beta2},
+                       {"adam_eps", o.adam.eps},
+                       {"weight_decay", o.adam.weight_decay},
+                       {"grad_clip", o.grad_clip},
+                       {"eval_every", o.eval_every},
+                       {"eval_tokens", o.eval_tokens},
+                       {"log_every", o.log_every},
+                       {"checkpoint_every", o.checkpoint_every},
+                       {"seed", o.seed}};
+}
+
+void from_json(const nlohmann::json& j, TrainOptions& o) {
+    try {
+        o.data_dir = j.at("data_dir").get<std::string>();
+        o.out_dir = j.at("out_dir").get<std::string>();
+        o.model = j.at("model").get<ModelConfig>();
+        o.steps = j.at("steps").get<int>();
+        o.batch = j.at("batch").get<int>();
+        o.grad_accum = j.at("grad_accum").get<int>();
+        o.lr = j.at("lr").get<float>();
+        o.min_lr_ratio = j.at("min_lr_ratio").get<float>();
+        o.warmup_steps = j.at("warmup_steps").get<int>();
+        o.adam.beta1 = j.at("beta1").get<float>();
+        o.adam.beta2 = j.at("beta2").get<float>();
+        o.adam.eps = j.at("adam_eps").get<float>();
+        o.adam.weight_decay = j.at("weight_decay").get<float>();
+        o.grad_clip = j.at("grad_clip").get<float>();
+        o.eval_every = j.at("eval_every").get<int>();
+        o.eval_tokens = j.at("eval_tokens").get<int64_t>();
+        o.log_every = j.at("log_every").get<int>();
+        o.checkpoint_every = j.at("checkpoint_every").get<int>();
+        o.seed = j.at("seed").get<uint64_t>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("training options in checkpoint are incomplete or malformed (") + e.what() + ")");
+    }
+}
+
+}  // namespace dqt

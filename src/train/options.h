@@ -1,0 +1,40 @@
+#pragma once
+// Everything that defines a training run. Stored in every checkpoint so that `--resume`
+// continues the same run.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.h"
+#include "optim/adamw.h"
+
+namespace dqt {
+
+struct TrainOptions {
+    std::string data_dir = "data/sotu-byte";  // prepared by `dqt data`
+    std::string out_dir = "runs/default";     // checkpoint.dqt, metrics.jsonl, config.json
+    ModelConfig model;
+    int steps = 600;
+    int batch = 8;            // sequences per micro-batch
+    int grad_accum = 1;       // micro-batches per optimizer step
+    float lr = 2e-3f;         // peak learning rate
+    float min_lr_ratio = 0.1f;
+    int warmup_steps = 30;
+    AdamWConfig adam;
+    float grad_clip = 1.0f;   // global-norm clipping; 0 disables
+    int eval_every = 100;     // steps; 0 = only at the end
+    int64_t eval_tokens = 131072;
+    int log_every = 10;
+    int checkpoint_every = 200;  // steps; 0 = only at the end
+    uint64_t seed = 1234;
+
+    // Throws dqt::Error naming the first impossible setting.
+    void validate() const;
+    int64_t tokens_per_step() const { return static_cast<int64_t>(batch) * grad_accum * model.seq_len; }
+};
+
+void to_json(nlohmann::json& j, const TrainOptions& options);
+void from_json(const nlohmann::json& j, TrainOptions& options);
+
+}  // namespace dqt

@@ -1,0 +1,194 @@
+#include "train/trainer.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "data/batch.h"
+#include "data/dataset.h"
+#include "io/atomic_file.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "train/evaluate.h"
+#include "train/memory_report.h"
+#include "train/metrics_log.h"
+#include "train/model_checkpoint.h"
+#include "train/progress.h"
+
+namespace dqt {
+
+namespace {
+
+// Ctrl-C asks the loop to stop at the next step boundary with a checkpoint.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+
+class InterruptGuard {
+public:
+    InterruptGuard() {
+        g_stop_requested.store(false);
+        previous_ = std::signal(SIGINT, request_stop);
+    }
+    ~InterruptGuard() { std::signal(SIGINT, previous_); }
+
+private:
+    void (*previous_)(int) = SIG_DFL;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::string checkpoint_path_in(const std::string& out_dir) { return out_dir + "/checkpoint.dqt"; }
+std::string metrics_path_in(const std::string& out_dir) { return out_dir + "/metrics.jsonl"; }
+
+TrainReport run_training(const TrainOptions& requested, const RunControl& control) {
+    TrainOptions options = requested;
+    const std::string checkpoint_path = checkpoint_path_in(options.out_dir);
+    if (control.resume) {
+        require(std::filesystem::exists(checkpoint_path),
+                "cannot resume: no checkpoint at " + checkpoint_path + " (start the run without --resume)");
+        options = read_checkpoint_options(checkpoint_path);
+        options.out_dir = requested.out_dir;
+    }
+    Dataset data = open_dataset(options.data_dir);
+    if (options.model.vocab_size == 0) options.model.vocab_size = data.tokenizer->vocab_size();
+    options.validate();
+    require(data.tokenizer->vocab_size() == options.model.vocab_size,
+            "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
+                std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
+                std::to_string(data.tokenizer->vocab_size()));
+    require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
+            "training split of " + options.data_dir + " is shorter than one sequence");
+
+    std::error_code ignored;
+    std::filesystem::create_directories(options.out_dir, ignored);
+    require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+
+    ModelParameters model(options.model);
+    AdamWState adam(model.layout.total);
+    int start_step = 0;
+    if (control.resume) {
+        start_step = load_training_state(checkpoint_path, model, adam);
+    } else {
+        model.initialize(options.seed);
+        write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
+    }
+    MetricsLog metrics(metrics_path_in(options.out_dir), !control.resume, start_step);
+
+    const int B = options.batch, T = options.model.seq_len;
+    Activations acts(options.model, B, T);
+    const LrSchedule schedule{options.lr, options.warmup_steps, options.steps, options.min_lr_ratio};
+    const float grad_scale = 1.0f / static_cast<float>(options.tokens_per_step());
+    const int64_t parameters = options.model.parameter_count();
+
+    FILE* out = control.quiet ? nullptr : stderr;
+    ProgressDisplay progress(out ? out : stderr, control.interactive, options.log_every);
+    auto say = [&](const std::string& line) {
+        if (out) progress.message(line);
+    };
+    if (start_step == 0) {
+        say("training " + std::to_string(parameters) + " parameters, " + std::to_string(options.tokens_per_step()) +
+            " tokens/step, " + std::to_string(options.steps) + " steps -> " + options.out_dir);
+    } else {
+        say("resuming " + options.out_dir + " at step " + std::to_string(start_step) + "/" +
+            std::to_string(options.steps));
+    }
+
+    auto run_eval = [&](int step) {
+        const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens);
+        metrics.append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
+                        {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
+        char line[160];
+        std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
+                      result.bits_per_byte);
+        say(line);
+        return result;
+    };
+    auto save = [&](int step) {
+        save_training_checkpoint(checkpoint_path, options, step, model, adam, *data.tokenizer);
+    };
+
+    InterruptGuard interrupt_guard;
+    TrainReport report;
+    const auto start = Clock::now();
+    int64_t tokens_this_session = 0;
+    int step = start_step;
+    bool interrupted = false;
+    while (step < options.steps) {
+        const auto step_start = Clock::now();
+        model.zero_gradients();
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < options.grad_accum; ++micro) {
+            sample_sequences(data.train, options.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(micro) * B, B,
+                             T, acts.tokens.data(), acts.targets.data());
+            loss_sum += model_forward(model, acts, true);
+            model_backward(model, acts, grad_scale);
+        }
+        const double loss = loss_sum / static_cast<double>(options.tokens_per_step());
+        const double grad_norm = gradient_global_norm(model);
+        if (options.grad_clip > 0 && grad_norm > options.grad_clip) {
+            scale_gradients(model, static_cast<float>(options.grad_clip / grad_norm));
+        }
+        const float lr = schedule.at(step);
+        adamw_step(model, adam, options.adam, lr, step + 1);
+        ++step;
+        tokens_this_session += options.tokens_per_step();
+
+        const double elapsed = seconds_since(start);
+        const double tokens_per_second = tokens_this_session / elapsed;
+        if (step % options.log_every == 0 || step == options.steps) {
+            metrics.append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                            {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
+                            {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second}});
+        }
+        if (out) {
+            progress.update({step, options.steps, loss, tokens_per_second, lr,
+                             (options.steps - step) * elapsed / (step - start_step)});
+        }
+        report.final_train_loss = loss;
+        report.tokens_per_second = tokens_per_second;
+
+        if (options.eval_every > 0 && step % options.eval_every == 0 && step < options.steps) run_eval(step);
+        const bool stop_now = (control.stop_after_step > 0 && step >= control.stop_after_step) || g_stop_requested.load();
+        if ((options.checkpoint_every > 0 && step % options.checkpoint_every == 0) || stop_now) save(step);
+        if (stop_now && step < options.steps) {
+            interrupted = true;
+            say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path +
+                " (continue with --resume)");
+            break;
+        }
+    }
+
+    report.steps_done = step;
+    report.checkpoint_path = checkpoint_path;
+    if (!interrupted) {
+        const EvalResult result = run_eval(step);
+        report.val_loss = result.loss;
+        report.val_bits_per_byte = result.bits_per_byte;
+        if (options.checkpoint_every == 0 || step % options.checkpoint_every != 0) save(step);
+        nlohmann::json memory = memory_report_json(parameters);
+        memory["step"] = step;
+        metrics.append(memory);
+        if (out) {
+            progress.finish();
+            std::fprintf(out, "%s", memory_report_text(parameters).c_str());
+            std::fprintf(out, "checkpoint: %s\n", checkpoint_path.c_str());
+        }
+    } else if (out) {
+        progress.finish();
+    }
+    return report;
+}
+
+}  // namespace dqt

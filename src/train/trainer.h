@@ -1,0 +1,32 @@
+#pragma once
+// The training loop: sample, forward, backward, clip, update, log, evaluate, checkpoint.
+#include <cstdint>
+#include <string>
+
+#include "train/options.h"
+
+namespace dqt {
+
+struct RunControl {
+    bool resume = false;        // continue from out_dir/checkpoint.dqt
+    int stop_after_step = 0;    // > 0: checkpoint and stop after this step (an interruption)
+    bool interactive = false;   // live status line (a terminal) instead of plain lines
+    bool quiet = false;         // no progress output at all (tests)
+};
+
+struct TrainReport {
+    int steps_done = 0;            // optimizer steps completed in total (including resumed ones)
+    double final_train_loss = 0.0; // nats/token of the last step
+    double val_loss = 0.0;         // nats/token at the end
+    double val_bits_per_byte = 0.0;
+    double tokens_per_second = 0.0;
+    std::string checkpoint_path;
+};
+
+TrainReport run_training(const TrainOptions& options, const RunControl& control);
+
+// Paths inside a run folder.
+std::string checkpoint_path_in(const std::string& out_dir);
+std::string metrics_path_in(const std::string& out_dir);
+
+}  // namespace dqt

@@ -1,0 +1,123 @@
+// The `dqt` command line as a user meets it: bad input gets one clear error line and a
+// non-zero exit, and nothing is left half-written.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "test_helpers.h"
+
+using namespace dqt::testing;
+
+namespace {
+
+struct CommandResult {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr together
+};
+
+CommandResult run_dqt(const std::string& arguments) {
+    const std::string command = std::string(DQT_BINARY) + " " + arguments + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    CommandResult result;
+    if (!pipe) return result;
+    std::array<char, 4096> chunk;
+    size_t got;
+    while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), got);
+    const int status = pclose(pipe);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+}
+
+// One line starting "dqt: error:" that contains `needle`, and a failing exit code.
+void expect_one_line_error(const CommandResult& result, const std::string& needle) {
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_EQ(result.output.rfind("dqt: error: ", 0), 0u) << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+    EXPECT_NE(result.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << result.output;
+}
+
+std::string tiny_train_args(const std::string& out_dir) {
+    return "train --data " + tiny_dataset_dir() + " --out " + out_dir +
+           " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --eval-tokens 1024 --quiet";
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+    std::ofstream file(path, std::ios::binary);
+    file << bytes;
+}
+
+}  // namespace
+
+TEST(Cli, HelpListsSubcommands) {
+    const CommandResult result = run_dqt("--help");
+    EXPECT_EQ(result.exit_code, 0);
+    for (const char* command : {"train", "eval", "generate", "data", "bench"}) {
+        EXPECT_NE(result.output.find(command), std::string::npos) << command;
+    }
+    EXPECT_EQ(run_dqt("train --help").exit_code, 0);
+}
+
+TEST(Cli, UnknownFlagIsRejected) {
+    expect_one_line_error(run_dqt("train --no-such-flag 3"), "--no-such-flag");
+}
+
+TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
+    TempDir root("cli-config");
+    const std::string out = root / "run";
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --heads 3"), "must divide dim");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 0"), "n_layers must be positive");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr -0.1"), "--lr must be positive");
+    EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
+    write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");
+}
+
+TEST(Cli, MissingInputsNameThePath) {
+    TempDir root("cli-missing");
+    expect_one_line_error(run_dqt("eval " + (root / "nope.dqt")), "nope.dqt");
+    expect_one_line_error(run_dqt("generate " + (root / "nope.dqt")), "nope.dqt");
+    expect_one_line_error(run_dqt("train --data " + (root / "no-data") + " --out " + (root / "run") + " --quiet"),
+                          "no-data");
+    expect_one_line_error(run_dqt("data --corpus " + (root / "no-corpus") + " --out " + (root / "d")), "no-corpus");
+}
+
+TEST(Cli, CorruptCheckpointsAreRefused) {
+    TempDir root("cli-corrupt");
+    const std::string out = root / "run";
+    const CommandResult trained = run_dqt(tiny_train_args(out) + " --steps 3 --no-sample");
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const std::string checkpoint = out + "/checkpoint.dqt";
+    std::ifstream file(checkpoint, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 1000u);
+
+    write_bytes(root / "magic.dqt", "NOTDQT!!" + bytes.substr(8));
+    expect_one_line_error(run_dqt("eval " + (root / "magic.dqt")), "magic");
+    write_bytes(root / "short.dqt", bytes.substr(0, bytes.size() / 2));
+    expect_one_line_error(run_dqt("eval " + (root / "short.dqt")), "truncated");
+    std::string flipped = bytes;
+    flipped[bytes.size() / 2] ^= 0x5a;
+    write_bytes(root / "flipped.dqt", flipped);
+    expect_one_line_error(run_dqt("eval " + (root / "flipped.dqt")), "checksum");
+
+    // The intact checkpoint still evaluates and generates.
+    const CommandResult eval = run_dqt("eval " + checkpoint);
+    EXPECT_EQ(eval.exit_code, 0) << eval.output;
+    EXPECT_NE(eval.output.find("val loss"), std::string::npos) << eval.output;
+    const CommandResult generated = run_dqt("generate " + checkpoint + " --prompt Our --tokens 20 --seed 3");
+    EXPECT_EQ(generated.exit_code, 0) << generated.output;
+    EXPECT_EQ(generated.output.rfind("Our", 0), 0u) << generated.output;
+}
+
+TEST(Cli, ResumeRejectsChangedSettings) {
+    TempDir root("cli-resume");
+    const std::string out = root / "run";
+    ASSERT_EQ(run_dqt(tiny_train_args(out) + " --steps 6 --stop-after 3 --no-sample").exit_code, 0);
+    expect_one_line_error(run_dqt("train --out " + out + " --resume --lr 0.5 --quiet"), "--lr cannot be combined");
+    const CommandResult resumed = run_dqt("train --out " + out + " --resume --quiet --no-sample");
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}

@@ -1,0 +1,72 @@
+#include "test_helpers.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "data/dataset.h"
+
+namespace dqt::testing {
+
+TempDir::TempDir(const std::string& name) {
+    path = std::filesystem::temp_directory_path() /
+           ("dqt-test-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+}
+
+TempDir::~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+}
+
+void write_tiny_corpus(const std::string& folder, int documents) {
+    std::filesystem::create_directories(folder);
+    const char* subjects[] = {"The nation", "Our people", "The Congress", "This union", "Every citizen"};
+    const char* verbs[] = {"shall build", "must defend", "will honor", "can improve", "should protect"};
+    const char* objects[] = {"the common good.", "our liberty.", "the public trust.", "its future.", "the law."};
+    for (int d = 0; d < documents; ++d) {
+        char name[32];
+        std::snprintf(name, sizeof name, "doc_%03d.txt", d);
+        std::ofstream file(std::filesystem::path(folder) / name);
+        for (int s = 0; s < 400; ++s) {
+            const int k = d * 7 + s * 3;
+            file << subjects[k % 5] << ' ' << verbs[(k / 5) % 5] << ' ' << objects[(k / 25) % 5] << ' ';
+        }
+        file << '\n';
+    }
+}
+
+const std::string& tiny_dataset_dir() {
+    static TempDir root("dataset");
+    static const std::string dir = [] {
+        write_tiny_corpus(root / "corpus", 20);
+        prepare_dataset(root / "corpus", root / "data", "byte", 0);
+        return root / "data";
+    }();
+    return dir;
+}
+
+TrainOptions tiny_train_options(const std::string& out_dir) {
+    TrainOptions o;
+    o.data_dir = tiny_dataset_dir();
+    o.out_dir = out_dir;
+    o.model.dim = 32;
+    o.model.n_layers = 2;
+    o.model.n_heads = 2;
+    o.model.n_kv_heads = 2;
+    o.model.ffn_dim = 64;
+    o.model.seq_len = 32;
+    o.model.vocab_size = 256;
+    o.steps = 40;
+    o.batch = 4;
+    o.lr = 1e-2f;
+    o.warmup_steps = 5;
+    o.eval_every = 20;
+    o.eval_tokens = 2048;
+    o.log_every = 5;
+    o.checkpoint_every = 0;
+    return o;
+}
+
+}  // namespace dqt::testing

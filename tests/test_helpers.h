@@ -1,0 +1,27 @@
+#pragma once
+// Shared fixtures: a small generated corpus and a tiny training configuration.
+#include <filesystem>
+#include <string>
+
+#include "train/options.h"
+
+namespace dqt::testing {
+
+// A fresh empty folder under the system temp dir, removed by the caller's TempDir.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& name);
+    ~TempDir();
+    std::string operator/(const std::string& child) const { return (path / child).string(); }
+};
+
+// Writes `documents` small .txt files of simple, learnable English-like text into folder.
+void write_tiny_corpus(const std::string& folder, int documents);
+
+// A byte-level dataset prepared from a tiny corpus, cached per process.
+const std::string& tiny_dataset_dir();
+
+// Options of a run that trains in about a second.
+TrainOptions tiny_train_options(const std::string& out_dir);
+
+}  // namespace dqt::testing

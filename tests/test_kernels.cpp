@@ -1,0 +1,510 @@
+// Non-GEMM kernels. Two kinds of check per op:
+//  - the double-precision reference backward against central finite differences of the
+//    reference forward, for the scalar loss L = sum(out * R) with a fixed random R;
+//  - the fast float kernels against the reference on fresh random inputs (the seed is printed
+//    on failure), on ragged shapes, with the tolerance stated at each check.
+// Tolerances are relative to the largest magnitude in the expected tensor, so that entries
+// near zero are not held to an impossible relative bound.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/reference.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "kernels/vecmath.h"
+
+using namespace dqt;
+
+namespace {
+
+using Doubles = std::vector<double>;
+using Floats = std::vector<float>;
+
+// Fresh randomness per run; the seed goes into every failure message.
+struct Random {
+    uint32_t seed = std::random_device{}();
+    std::mt19937 engine{seed};
+    std::string trace() const { return "random seed " + std::to_string(seed); }
+
+    Doubles normal(size_t n, double stddev = 1.0) {
+        std::normal_distribution<double> dist(0.0, stddev);
+        Doubles x(n);
+        for (double& v : x) v = dist(engine);
+        return x;
+    }
+    std::vector<int32_t> ints(size_t n, int upper) {
+        std::uniform_int_distribution<int32_t> dist(0, upper - 1);
+        std::vector<int32_t> x(n);
+        for (int32_t& v : x) v = dist(engine);
+        return x;
+    }
+};
+
+Floats to_float(const Doubles& x) { return Floats(x.begin(), x.end()); }
+// The reference runs on exactly the values the float kernel saw.
+Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
+
+template <typename A, typename E>
+void expect_close(const A& actual, const E& expected, double rtol, const std::string& what) {
+    ASSERT_EQ(actual.size(), expected.size()) << what;
+    double scale = 0;
+    for (auto e : expected) scale = std::max(scale, std::abs(static_cast<double>(e)));
+    size_t failures = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const double a = actual[i], e = expected[i];
+        if (!(std::abs(a - e) <= rtol * scale) && ++failures <= 5)
+            ADD_FAILURE() << what << "[" << i << "]: got " << a << ", expected " << e << " (tolerance "
+                          << rtol * scale << ")";
+    }
+    EXPECT_EQ(failures, 0u) << what << ": mismatches out of " << expected.size();
+}
+
+double dot(const Doubles& a, const Doubles& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+
+// Central differences of loss() with respect to every element of x (perturbed in place).
+Doubles numeric_gradient(Doubles& x, const std::function<double()>& loss, double eps = 1e-6) {
+    Doubles grad(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double saved = x[i];
+        x[i] = saved + eps;
+        const double plus = loss();
+        x[i] = saved - eps;
+        const double minus = loss();
+        x[i] = saved;
+        grad[i] = (plus - minus) / (2 * eps);
+    }
+    return grad;
+}
+
+constexpr double kFiniteDifferenceTol = 1e-6;
+
+// Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
+void with_threads(int threads, const std::function<void()>& fn) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    fn();
+    omp_set_num_threads(saved);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm
+
+TEST(KernelRmsnorm, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int rows = 3, cols = 7;
+    Doubles x = rng.normal(rows * cols), gain = rng.normal(cols);
+    const Doubles R = rng.normal(rows * cols);
+    Doubles y(rows * cols), rstd(rows);
+    auto loss = [&] {
+        ref::rmsnorm_forward(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, 1e-5);
+        return dot(y, R);
+    };
+    loss();
+    Doubles dx(rows * cols), dgain(cols);
+    ref::rmsnorm_backward(dx.data(), dgain.data(), R.data(), x.data(), gain.data(), rstd.data(), rows, cols);
+    expect_close(dx, numeric_gradient(x, loss), kFiniteDifferenceTol, "dx");
+    expect_close(dgain, numeric_gradient(gain, loss), kFiniteDifferenceTol, "dgain");
+}
+
+TEST(KernelRmsnorm, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    for (const auto& [rows, cols] : {std::pair{5, 37}, std::pair{64, 256}, std::pair{1, 3}}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+        const size_t n = static_cast<size_t>(rows) * cols;
+        const Floats x = to_float(rng.normal(n)), gain = to_float(rng.normal(cols)), dy = to_float(rng.normal(n));
+        // Gradient buffers start non-zero: backward must accumulate.
+        Floats dx = to_float(rng.normal(n)), dgain = to_float(rng.normal(cols));
+        Doubles ref_dx = to_double(dx), ref_dgain = to_double(dgain);
+
+        Floats y(n), rstd(rows);
+        rmsnorm_forward(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, 1e-5f);
+        rmsnorm_backward(dx.data(), dgain.data(), dy.data(), x.data(), gain.data(), rstd.data(), rows, cols);
+
+        const Doubles xd = to_double(x), gd = to_double(gain), dyd = to_double(dy);
+        Doubles ref_y(n), ref_rstd(rows);
+        ref::rmsnorm_forward(ref_y.data(), ref_rstd.data(), xd.data(), gd.data(), rows, cols, 1e-5);
+        ref::rmsnorm_backward(ref_dx.data(), ref_dgain.data(), dyd.data(), xd.data(), gd.data(), ref_rstd.data(),
+                              rows, cols);
+        expect_close(y, ref_y, 1e-6, "y");
+        expect_close(rstd, ref_rstd, 1e-6, "rstd");
+        expect_close(dx, ref_dx, 1e-5, "dx");
+        expect_close(dgain, ref_dgain, 1e-5, "dgain");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE
+
+TEST(KernelRope, AdjacentPairConvention) {
+    // head_dim 4 at position 1: pair 0 turns by 1 rad, pair 1 by theta^(-2/4) = 0.01 rad.
+    Floats x = {1, 0, 0, 1};
+    rope_forward(x.data(), 1, 1, 1, 4, 1, 10000.0f);
+    EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+    EXPECT_NEAR(x[1], std::sin(1.0), 1e-6);
+    EXPECT_NEAR(x[2], -std::sin(0.01), 1e-6);
+    EXPECT_NEAR(x[3], std::cos(0.01), 1e-6);
+}
+
+TEST(KernelRope, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int batch = 2, seq = 3, heads = 2, head_dim = 6, pos0 = 4;
+    const size_t n = static_cast<size_t>(batch) * seq * heads * head_dim;
+    Doubles x = rng.normal(n);
+    const Doubles R = rng.normal(n);
+    auto loss = [&] {
+        Doubles y = x;
+        ref::rope_forward(y.data(), batch, seq, heads, head_dim, pos0, 10000.0);
+        return dot(y, R);
+    };
+    Doubles dx = R;
+    ref::rope_backward(dx.data(), batch, seq, heads, head_dim, pos0, 10000.0);
+    expect_close(dx, numeric_gradient(x, loss), kFiniteDifferenceTol, "dx");
+}
+
+TEST(KernelRope, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int batch = 2, seq = 7, heads = 3, head_dim = 10, pos0 = 5;
+    const size_t n = static_cast<size_t>(batch) * seq * heads * head_dim;
+    Floats x = to_float(rng.normal(n)), dx = to_float(rng.normal(n));
+    Doubles ref_x = to_double(x), ref_dx = to_double(dx);
+    rope_forward(x.data(), batch, seq, heads, head_dim, pos0, 10000.0f);
+    rope_backward(dx.data(), batch, seq, heads, head_dim, pos0, 10000.0f);
+    ref::rope_forward(ref_x.data(), batch, seq, heads, head_dim, pos0, 10000.0);
+    ref::rope_backward(ref_dx.data(), batch, seq, heads, head_dim, pos0, 10000.0);
+    expect_close(x, ref_x, 1e-6, "x");
+    expect_close(dx, ref_dx, 1e-6, "dx");
+}
+
+TEST(KernelRope, OddHeadDimIsAnError) {
+    Floats x(3);
+    EXPECT_THROW(rope_forward(x.data(), 1, 1, 1, 3, 0, 10000.0f), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+namespace {
+
+struct AttentionShape {
+    int batch, seq, heads, kv_heads, head_dim;
+    size_t q_size() const { return static_cast<size_t>(batch) * seq * heads * head_dim; }
+    size_t kv_size() const { return static_cast<size_t>(batch) * seq * kv_heads * head_dim; }
+    size_t probs_size() const { return static_cast<size_t>(batch) * heads * seq * seq; }
+    std::string name() const {
+        return "batch " + std::to_string(batch) + " seq " + std::to_string(seq) + " heads " + std::to_string(heads) +
+               " kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
+    }
+};
+
+struct AttentionResult {
+    Floats out, probs, dq, dk, dv;
+};
+
+// Forward then backward of the fast kernels; gradients start from the given values.
+AttentionResult run_attention(const AttentionShape& s, const Floats& q, const Floats& k, const Floats& v,
+                              const Floats& dout, AttentionResult grads) {
+    AttentionResult r = std::move(grads);
+    r.out.assign(s.q_size(), 0.0f);
+    r.probs.assign(s.probs_size(), 0.0f);
+    attention_forward(r.out.data(), r.probs.data(), q.data(), k.data(), v.data(), s.batch, s.seq, s.heads,
+                      s.kv_heads, s.head_dim);
+    Floats scratch(attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+    attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), scratch.data(), dout.data(), q.data(), k.data(),
+                       v.data(), r.probs.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+    return r;
+}
+
+}  // namespace
+
+TEST(KernelAttention, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const AttentionShape s{2, 5, 4, 2, 6};  // grouped-query: two query heads per kv head
+    Doubles q = rng.normal(s.q_size()), k = rng.normal(s.kv_size()), v = rng.normal(s.kv_size());
+    const Doubles R = rng.normal(s.q_size());
+    Doubles out(s.q_size()), probs(s.probs_size());
+    auto loss = [&] {
+        ref::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.batch, s.seq, s.heads,
+                               s.kv_heads, s.head_dim);
+        return dot(out, R);
+    };
+    loss();
+    Doubles dq(s.q_size()), dk(s.kv_size()), dv(s.kv_size());
+    ref::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), probs.data(),
+                            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+    expect_close(dq, numeric_gradient(q, loss), kFiniteDifferenceTol, "dq");
+    expect_close(dk, numeric_gradient(k, loss), kFiniteDifferenceTol, "dk");
+    expect_close(dv, numeric_gradient(v, loss), kFiniteDifferenceTol, "dv");
+}
+
+TEST(KernelAttention, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const AttentionShape shapes[] = {{2, 7, 4, 2, 6}, {1, 37, 2, 1, 10}, {2, 20, 3, 3, 64}, {1, 33, 4, 4, 16},
+                                     {1, 1, 2, 1, 8}};
+    for (const AttentionShape& s : shapes) {
+        SCOPED_TRACE(s.name());
+        const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
+                     v = to_float(rng.normal(s.kv_size())), dout = to_float(rng.normal(s.q_size()));
+        AttentionResult start;
+        start.dq = to_float(rng.normal(s.q_size()));
+        start.dk = to_float(rng.normal(s.kv_size()));
+        start.dv = to_float(rng.normal(s.kv_size()));
+        const AttentionResult fast = run_attention(s, q, k, v, dout, start);
+
+        const Doubles qd = to_double(q), kd = to_double(k), vd = to_double(v), doutd = to_double(dout);
+        Doubles out(s.q_size()), probs(s.probs_size());
+        Doubles dq = to_double(start.dq), dk = to_double(start.dk), dv = to_double(start.dv);
+        ref::attention_forward(out.data(), probs.data(), qd.data(), kd.data(), vd.data(), s.batch, s.seq, s.heads,
+                               s.kv_heads, s.head_dim);
+        ref::attention_backward(dq.data(), dk.data(), dv.data(), doutd.data(), qd.data(), kd.data(), vd.data(),
+                                probs.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+        // Float sums of up to seq * head_dim products: a few 1e-7 relative in practice.
+        expect_close(fast.out, out, 1e-5, "out");
+        expect_close(fast.probs, probs, 1e-5, "probs");
+        expect_close(fast.dq, dq, 1e-5, "dq");
+        expect_close(fast.dk, dk, 1e-5, "dk");
+        expect_close(fast.dv, dv, 1e-5, "dv");
+    }
+}
+
+TEST(KernelAttention, BitIdenticalForOneAndTwoThreads) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const AttentionShape s{3, 33, 4, 2, 16};
+    const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
+                 v = to_float(rng.normal(s.kv_size())), dout = to_float(rng.normal(s.q_size()));
+    AttentionResult start;
+    start.dq = to_float(rng.normal(s.q_size()));
+    start.dk = to_float(rng.normal(s.kv_size()));
+    start.dv = to_float(rng.normal(s.kv_size()));
+    AttentionResult one, two;
+    with_threads(1, [&] { one = run_attention(s, q, k, v, dout, start); });
+    with_threads(2, [&] { two = run_attention(s, q, k, v, dout, start); });
+    EXPECT_EQ(one.out, two.out);
+    EXPECT_EQ(one.probs, two.probs);
+    EXPECT_EQ(one.dq, two.dq);
+    EXPECT_EQ(one.dk, two.dk);
+    EXPECT_EQ(one.dv, two.dv);
+}
+
+TEST(KernelAttention, DecodeMatchesRowOfForward) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const AttentionShape s{1, 9, 4, 2, 10};
+    const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
+                 v = to_float(rng.normal(s.kv_size()));
+    Floats out(s.q_size()), probs(s.probs_size());
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
+                      s.head_dim);
+    // k and v (seq, kv_heads, head_dim) serve as a cache with max_seq = seq; row pos of a causal
+    // forward only sees rows 0..pos, exactly what decode at pos sees.
+    const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
+    for (int pos = 0; pos < s.seq; ++pos) {
+        SCOPED_TRACE("pos " + std::to_string(pos));
+        Floats decoded(row);
+        attention_decode(decoded.data(), q.data() + pos * row, k.data(), v.data(), pos, s.heads, s.kv_heads,
+                         s.head_dim);
+        const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
+        expect_close(decoded, expected, 1e-6, "decode");
+    }
+}
+
+TEST(KernelAttention, HeadsNotMultipleOfKvHeadsIsAnError) {
+    Floats x(64);
+    EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), x.data(), 1, 1, 3, 2, 4), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU
+
+TEST(KernelSwiglu, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int n = 23;
+    Doubles gate = rng.normal(n, 3.0), up = rng.normal(n);
+    const Doubles R = rng.normal(n);
+    auto loss = [&] {
+        Doubles h(n);
+        ref::swiglu_forward(h.data(), gate.data(), up.data(), n);
+        return dot(h, R);
+    };
+    Doubles dgate(n), dup(n);
+    ref::swiglu_backward(dgate.data(), dup.data(), R.data(), gate.data(), up.data(), n);
+    expect_close(dgate, numeric_gradient(gate, loss), kFiniteDifferenceTol, "dgate");
+    expect_close(dup, numeric_gradient(up, loss), kFiniteDifferenceTol, "dup");
+}
+
+TEST(KernelSwiglu, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int n = 1037;
+    Doubles gate_d = rng.normal(n, 4.0);
+    gate_d[0] = -200;  // saturated sigmoid in both directions
+    gate_d[1] = 200;
+    const Floats gate = to_float(gate_d), up = to_float(rng.normal(n)), dh = to_float(rng.normal(n));
+    Floats h(n), dgate = to_float(rng.normal(n)), dup = to_float(rng.normal(n));
+    Doubles ref_h(n), ref_dgate = to_double(dgate), ref_dup = to_double(dup);
+    swiglu_forward(h.data(), gate.data(), up.data(), n);
+    swiglu_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n);
+    const Doubles gd = to_double(gate), ud = to_double(up), dhd = to_double(dh);
+    ref::swiglu_forward(ref_h.data(), gd.data(), ud.data(), n);
+    ref::swiglu_backward(ref_dgate.data(), ref_dup.data(), dhd.data(), gd.data(), ud.data(), n);
+    expect_close(h, ref_h, 1e-6, "h");
+    expect_close(dgate, ref_dgate, 1e-6, "dgate");
+    expect_close(dup, ref_dup, 1e-6, "dup");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy
+
+TEST(KernelCrossEntropy, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int rows = 3, vocab = 11;
+    Doubles logits = rng.normal(rows * vocab, 2.0);
+    const std::vector<int32_t> targets = rng.ints(rows, vocab);
+    // The loss is already a scalar: grad_scale 1 gives its exact gradient.
+    auto loss = [&] {
+        return ref::cross_entropy_forward_backward(nullptr, logits.data(), targets.data(), rows, vocab, 1.0);
+    };
+    Doubles dlogits(rows * vocab);
+    ref::cross_entropy_forward_backward(dlogits.data(), logits.data(), targets.data(), rows, vocab, 1.0);
+    expect_close(dlogits, numeric_gradient(logits, loss), kFiniteDifferenceTol, "dlogits");
+}
+
+TEST(KernelCrossEntropy, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    for (const auto& [rows, vocab, offset] : {std::tuple{7, 37, 0.0}, std::tuple{16, 1000, 0.0},
+                                              std::tuple{5, 257, 1000.0}}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " offset " +
+                     std::to_string(offset));
+        Doubles logits_d = rng.normal(static_cast<size_t>(rows) * vocab, 3.0);
+        for (double& z : logits_d) z += offset;  // stability: large logits must not overflow exp
+        const Floats logits = to_float(logits_d);
+        const std::vector<int32_t> targets = rng.ints(rows, vocab);
+        const float grad_scale = 0.25f;
+
+        Floats dlogits(logits.size(), 123.0f);  // written, not accumulated
+        const float loss = cross_entropy_forward_backward(dlogits.data(), logits.data(), targets.data(), rows, vocab,
+                                                          grad_scale);
+        const float eval_loss =
+            cross_entropy_forward_backward(nullptr, logits.data(), targets.data(), rows, vocab, grad_scale);
+        Floats in_place = logits;  // dlogits may alias logits
+        const float in_place_loss = cross_entropy_forward_backward(in_place.data(), in_place.data(), targets.data(),
+                                                                   rows, vocab, grad_scale);
+
+        const Doubles ld = to_double(logits);
+        Doubles ref_dlogits(logits.size());
+        const double ref_loss =
+            ref::cross_entropy_forward_backward(ref_dlogits.data(), ld.data(), targets.data(), rows, vocab, grad_scale);
+        EXPECT_NEAR(loss, ref_loss, 1e-6 * std::abs(ref_loss) + 1e-6);
+        EXPECT_EQ(eval_loss, loss);
+        EXPECT_EQ(in_place_loss, loss);
+        expect_close(dlogits, ref_dlogits, 1e-6, "dlogits");
+        EXPECT_EQ(in_place, dlogits);
+    }
+}
+
+TEST(KernelCrossEntropy, TargetOutsideVocabularyIsAnError) {
+    const Floats logits(8, 0.0f);
+    const std::vector<int32_t> targets = {1, 4};
+    EXPECT_THROW(cross_entropy_forward_backward(nullptr, logits.data(), targets.data(), 2, 4, 1.0f), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST(KernelEmbedding, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int vocab = 5, dim = 3, count = 8;  // more tokens than rows: repeats guaranteed
+    Doubles table = rng.normal(vocab * dim);
+    const std::vector<int32_t> tokens = rng.ints(count, vocab);
+    const Doubles R = rng.normal(count * dim);
+    auto loss = [&] {
+        Doubles out(count * dim);
+        ref::embedding_forward(out.data(), tokens.data(), table.data(), count, dim);
+        return dot(out, R);
+    };
+    Doubles dtable(vocab * dim);
+    ref::embedding_backward(dtable.data(), R.data(), tokens.data(), count, dim);
+    expect_close(dtable, numeric_gradient(table, loss), kFiniteDifferenceTol, "dtable");
+}
+
+TEST(KernelEmbedding, FastMatchesReference) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int vocab = 13, dim = 37, count = 50;
+    const Floats table = to_float(rng.normal(vocab * dim)), dout = to_float(rng.normal(count * dim));
+    const std::vector<int32_t> tokens = rng.ints(count, vocab);
+    Floats out(count * dim), dtable = to_float(rng.normal(vocab * dim));
+    Doubles ref_out(count * dim), ref_dtable = to_double(dtable);
+    embedding_forward(out.data(), tokens.data(), table.data(), count, dim);
+    embedding_backward(dtable.data(), dout.data(), tokens.data(), count, dim);
+    const Doubles td = to_double(table), dd = to_double(dout);
+    ref::embedding_forward(ref_out.data(), tokens.data(), td.data(), count, dim);
+    ref::embedding_backward(ref_dtable.data(), dd.data(), tokens.data(), count, dim);
+    expect_close(out, ref_out, 0.0, "out");  // a copy
+    expect_close(dtable, ref_dtable, 1e-6, "dtable");
+}
+
+TEST(KernelEmbedding, BackwardBitIdenticalForOneAndTwoThreads) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int vocab = 7, dim = 100, count = 300;
+    const Floats dout = to_float(rng.normal(count * dim));
+    const std::vector<int32_t> tokens = rng.ints(count, vocab);
+    const Floats start = to_float(rng.normal(vocab * dim));
+    Floats one = start, two = start;
+    with_threads(1, [&] { embedding_backward(one.data(), dout.data(), tokens.data(), count, dim); });
+    with_threads(2, [&] { embedding_backward(two.data(), dout.data(), tokens.data(), count, dim); });
+    EXPECT_EQ(one, two);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+
+TEST(KernelVecmath, ExpMatchesStdExp) {
+    const int n = 200001;
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+        const float x = -86.0f + 174.0f * i / (n - 1);
+        const double expected = std::exp(static_cast<double>(x));
+        worst = std::max(worst, std::abs(exp_f32(x) - expected) / expected);
+    }
+    EXPECT_LT(worst, 2e-7);
+    // Out-of-range inputs clamp; NaN propagates.
+    EXPECT_GT(exp_f32(-INFINITY), 0.0f);
+    EXPECT_LT(exp_f32(-INFINITY), 1e-37f);
+    EXPECT_LT(exp_f32(-1000.0f), 1e-37f);
+    EXPECT_GT(exp_f32(INFINITY), 1e38f);
+    EXPECT_TRUE(std::isnan(exp_f32(NAN)));
+    EXPECT_TRUE(std::isnan(exp_f32(-NAN)));
+}
