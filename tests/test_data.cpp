@@ -1,6 +1,6 @@
 // Data module: corpus reading and split, tokenizers, token shards, datasets, batch sampling.
 #include <gtest/gtest.h>
-
+#include <sentencepiece_processor.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -28,8 +28,8 @@ struct TempDir {
     fs::path path;
     TempDir() {
         const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-        path = fs::temp_directory_path() /
-               ("dqt_test_" + std::string(test->test_suite_name()) + "_" + test->name() + "_" + std::to_string(::getpid()));
+        path = fs::temp_directory_path() / ("dqt_test_" + std::string(test->test_suite_name()) + "_" + test->name() +
+                                            "_" + std::to_string(::getpid()));
         fs::remove_all(path);
         fs::create_directories(path);
     }
@@ -98,8 +98,8 @@ std::string random_unicode(std::mt19937& rng, size_t characters) {
 // English-like lines from a small random lexicon, with some non-ASCII words and numbers.
 std::vector<std::string> generated_texts(int documents, int lines_per_document, uint32_t seed) {
     std::mt19937 rng(seed);
-    const char* syllables[] = {"the", "con", "gress", "na", "tion", "state", "un", "ion", "peo", "ple", "war", "peace",
-                               "trade", "law", "act", "gov", "ern", "ment", "ré", "über", "año"};
+    const char* syllables[] = {"the",   "con",   "gress", "na",  "tion", "state", "un",   "ion", "peo",  "ple", "war",
+                               "peace", "trade", "law",   "act", "gov",  "ern",   "ment", "ré",  "über", "año"};
     std::vector<std::string> words;
     for (int w = 0; w < 120; ++w) {
         std::string word;
@@ -122,6 +122,14 @@ std::vector<std::string> generated_texts(int documents, int lines_per_document, 
     return texts;
 }
 
+// True when a folder holds a leftover temporary file of an atomic write.
+bool has_temp_files(const fs::path& dir) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+        if (entry.path().filename().string().find(".tmp") != std::string::npos) return true;
+    }
+    return false;
+}
+
 std::vector<int32_t> iota_tokens(size_t n, int vocab) {
     std::vector<int32_t> tokens(n);
     for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i % vocab);
@@ -136,11 +144,11 @@ TEST(DataCorpus, FindsInvalidUtf8) {
     EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string::npos);
     EXPECT_EQ(find_invalid_utf8("caf\xC3\xA9 \xE2\x96\x81 \xF0\x9F\x98\x80"), std::string::npos);
     EXPECT_EQ(find_invalid_utf8("ab\xFF"), 2u);
-    EXPECT_EQ(find_invalid_utf8("ab\xC3"), 2u);                  // truncated sequence
-    EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1u);               // overlong '/'
-    EXPECT_EQ(find_invalid_utf8("a\xED\xA0\x80"), 1u);           // surrogate U+D800
-    EXPECT_EQ(find_invalid_utf8("a\xF4\x90\x80\x80"), 1u);       // U+110000
-    EXPECT_EQ(find_invalid_utf8("\xE2\x96X"), 0u);               // bad continuation
+    EXPECT_EQ(find_invalid_utf8("ab\xC3"), 2u);             // truncated sequence
+    EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1u);          // overlong '/'
+    EXPECT_EQ(find_invalid_utf8("a\xED\xA0\x80"), 1u);      // surrogate U+D800
+    EXPECT_EQ(find_invalid_utf8("a\xF4\x90\x80\x80"), 1u);  // U+110000
+    EXPECT_EQ(find_invalid_utf8("\xE2\x96X"), 0u);          // bad continuation
 }
 
 TEST(DataCorpus, FolderSplitSendsEveryTenthToValidation) {
@@ -230,12 +238,9 @@ TEST(TokenizerByte, RoundTripsArbitraryBytes) {
 class TokenizerBpe : public ::testing::Test {
 protected:
     static constexpr int kVocab = 400;
-    // Trained once for the suite (about a second).
-    static void SetUpTestSuite() { tokenizer_ = train_bpe_tokenizer(generated_texts(10, 200, 7), kVocab, 2).release(); }
-    static void TearDownTestSuite() {
-        delete tokenizer_;
-        tokenizer_ = nullptr;
-    }
+    // Trained once for the suite (well under a second).
+    static void SetUpTestSuite() { tokenizer_ = train_bpe_tokenizer(generated_texts(10, 200, 7), kVocab, 2); }
+    static void TearDownTestSuite() { tokenizer_.reset(); }
     static std::vector<std::string> tricky_texts() {
         std::mt19937 rng(3);
         return {"",
@@ -249,9 +254,9 @@ protected:
                 random_unicode(rng, 2000),
                 random_bytes(rng, 5000)};
     }
-    static Tokenizer* tokenizer_;
+    static std::unique_ptr<Tokenizer> tokenizer_;
 };
-Tokenizer* TokenizerBpe::tokenizer_ = nullptr;
+std::unique_ptr<Tokenizer> TokenizerBpe::tokenizer_;
 
 TEST_F(TokenizerBpe, HasRequestedVocabularyAndCompresses) {
     EXPECT_EQ(tokenizer_->vocab_size(), kVocab);
@@ -269,11 +274,24 @@ TEST_F(TokenizerBpe, RoundTripsAnyText) {
     }
 }
 
+TEST_F(TokenizerBpe, WordByWordEncodingMatchesSentencepiece) {
+    sentencepiece::SentencePieceProcessor reference;
+    ASSERT_TRUE(reference.LoadFromSerializedProto(tokenizer_->serialize()).ok());
+    std::mt19937 rng(8);
+    for (const std::string& text : {generated_texts(1, 100, 21).front(), std::string("  two  spaces,\n\nnew lines  "),
+                                    random_unicode(rng, 500)}) {
+        std::vector<int> expected;
+        ASSERT_TRUE(reference.Encode(text, &expected).ok());
+        const std::vector<int32_t> tokens = tokenizer_->encode(text);
+        EXPECT_EQ(std::vector<int>(tokens.begin(), tokens.end()), expected);
+    }
+}
+
 TEST_F(TokenizerBpe, SerializedAndFileCopiesEncodeIdentically) {
     const auto copy = load_tokenizer("bpe", tokenizer_->serialize());
     TempDir dir;
     save_tokenizer_file(dir.file("tokenizer.bin"), *tokenizer_);
-    EXPECT_FALSE(fs::exists(dir.file("tokenizer.bin.tmp")));
+    EXPECT_FALSE(has_temp_files(dir.path));
     const auto from_file = load_tokenizer_file(dir.file("tokenizer.bin"));
     EXPECT_EQ(copy->vocab_size(), kVocab);
     EXPECT_EQ(from_file->vocab_size(), kVocab);
@@ -316,7 +334,7 @@ TEST(Shard, RoundTripsTwoAndFourByteTokens) {
         const std::string path = dir.file(std::to_string(vocab) + ".bin");
         const std::vector<int32_t> tokens = iota_tokens(100003, vocab);
         write_shard(path, tokens, vocab, 123456789);
-        EXPECT_FALSE(fs::exists(path + ".tmp"));
+        EXPECT_FALSE(has_temp_files(dir.path));
         EXPECT_EQ(fs::file_size(path), 64 + tokens.size() * (vocab <= 65536 ? 2 : 4));
         const Shard shard(path);
         EXPECT_EQ(shard.token_count(), tokens.size());
@@ -386,14 +404,14 @@ TEST(Shard, FailedWriteLeavesNoFile) {
     const std::string blocked = dir.file("blocked.bin");
     fs::create_directories(fs::path(blocked) / "child");
     expect_error([&] { write_shard(blocked, tokens, 256, 100); }, {blocked});
-    EXPECT_FALSE(fs::exists(blocked + ".tmp"));
+    EXPECT_FALSE(has_temp_files(dir.path));
 
     // A token outside the vocabulary: nothing is written at all.
     const std::string bad = dir.file("bad.bin");
     const std::vector<int32_t> out_of_range = {1, 2, 300};
     expect_error([&] { write_shard(bad, out_of_range, 256, 3); }, {bad, "token 300"});
     EXPECT_FALSE(fs::exists(bad));
-    EXPECT_FALSE(fs::exists(bad + ".tmp"));
+    EXPECT_FALSE(has_temp_files(dir.path));
 }
 
 // ---------------------------------------------------------------- batches
@@ -480,16 +498,21 @@ TEST_F(Batch, EvalWindowsAreContiguousFromTheStart) {
 TEST(DataDataset, PreparesAndOpensAByteDataset) {
     TempDir dir;
     const std::vector<std::string> texts = generated_texts(20, 5, 11);
-    for (size_t i = 0; i < texts.size(); ++i) write_text(dir.file("corpus/d" + std::to_string(100 + i) + ".txt"), texts[i]);
+    for (size_t i = 0; i < texts.size(); ++i) {
+        write_text(dir.file("corpus/d" + std::to_string(100 + i) + ".txt"), texts[i]);
+    }
     const std::string out = dir.file("prepared");
     const DatasetInfo info = prepare_dataset(dir.file("corpus"), out, "byte", 0);
     EXPECT_EQ(info.train.documents, 18);
     EXPECT_EQ(info.val.documents, 2);
     EXPECT_EQ(info.val.bytes, static_cast<int64_t>(texts[9].size() + 2 + texts[19].size()));
     EXPECT_EQ(info.val.tokens, info.val.bytes);
-    for (const char* file : {"train.bin", "val.bin", "tokenizer.bin", "meta.json"}) EXPECT_TRUE(fs::exists(out + "/" + file));
-    for (const auto& entry : fs::directory_iterator(out)) EXPECT_NE(entry.path().extension(), ".tmp");
-    EXPECT_NE(read_text(out + "/meta.json").find("\"tokens\": " + std::to_string(info.train.tokens)), std::string::npos);
+    for (const char* file : {"train.bin", "val.bin", "tokenizer.bin", "meta.json"}) {
+        EXPECT_TRUE(fs::exists(out + "/" + file));
+    }
+    EXPECT_FALSE(has_temp_files(out));
+    EXPECT_NE(read_text(out + "/meta.json").find("\"tokens\": " + std::to_string(info.train.tokens)),
+              std::string::npos);
 
     const Dataset dataset = open_dataset(out);
     EXPECT_EQ(dataset.tokenizer->kind(), "byte");
@@ -521,14 +544,16 @@ TEST(DataDataset, BpeDatasetDecodesToTheJoinedText) {
 TEST(DataDataset, ErrorsNameTheMissingPiece) {
     TempDir dir;
     for (int i = 0; i < 5; ++i) write_text(dir.file("few/" + std::to_string(i) + ".txt"), "text");
-    expect_error([&] { prepare_dataset(dir.file("few"), dir.file("out"), "byte", 0); }, {"only 5 documents", "at least 10"});
+    expect_error([&] { prepare_dataset(dir.file("few"), dir.file("out"), "byte", 0); },
+                 {"only 5 documents", "at least 10"});
     expect_error([&] { prepare_dataset(dir.file("few"), dir.file("out"), "words", 0); }, {"unknown tokenizer 'words'"});
     EXPECT_FALSE(fs::exists(dir.file("out")));
 
     expect_error([&] { open_dataset(dir.file("out")); }, {dir.file("out"), "not found", "dqt data"});
     fs::create_directories(dir.file("out"));
     write_shard(dir.file("out/train.bin"), iota_tokens(100, 256), 256, 100);
-    expect_error([&] { open_dataset(dir.file("out")); }, {"dataset folder " + dir.file("out") + " has no val.bin", "dqt data"});
+    expect_error([&] { open_dataset(dir.file("out")); },
+                 {"dataset folder " + dir.file("out") + " has no val.bin", "dqt data"});
     write_shard(dir.file("out/val.bin"), iota_tokens(100, 300), 300, 100);
     expect_error([&] { open_dataset(dir.file("out")); }, {"has no tokenizer.bin"});
     save_tokenizer_file(dir.file("out/tokenizer.bin"), *make_byte_tokenizer());

@@ -22,7 +22,8 @@ void sample_sequences(const Shard& shard, uint64_t seed, uint64_t step, uint64_t
     // Offsets in [0, token_count - seq): the last target, at offset + seq, is still inside.
     const uint64_t starts = shard.token_count() - static_cast<size_t>(seq);
     for (int k = 0; k < count; ++k) {
-        const uint64_t offset = random_u64(seed, kStreamBatch, static_cast<uint32_t>(step), first_global_index + k) % starts;
+        const uint64_t offset =
+            random_u64(seed, kStreamBatch, static_cast<uint32_t>(step), first_global_index + k) % starts;
         shard.read(offset, seq, inputs + static_cast<size_t>(k) * seq);
         shard.read(offset + 1, seq, targets + static_cast<size_t>(k) * seq);
     }

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/atomic_file.h"
+#include "io/atomic_file.h"
 
 namespace dqt {
 namespace fs = std::filesystem;
@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Document read_document(const std::string& path) {
-    Document document{path, read_file_bytes(path, "corpus file")};
+    Document document{path, read_file(path, "corpus file")};
     const size_t bad = find_invalid_utf8(document.text);
     require(bad == std::string::npos, "corpus file " + path + ": invalid UTF-8 at byte offset " + std::to_string(bad) +
                                           ": convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
@@ -81,16 +81,19 @@ size_t find_invalid_utf8(std::string_view text) {
 
 std::vector<Document> read_corpus(const std::string& path) {
     std::error_code ec;
-    require(fs::exists(path, ec), "corpus " + path + " not found: run scripts/fetch_corpus.sh or pass an existing file or folder");
+    require(fs::exists(path, ec),
+            "corpus " + path + " not found: run scripts/fetch_corpus.sh or pass an existing file or folder");
     std::vector<Document> documents;
     if (fs::is_directory(path, ec)) {
         std::vector<std::string> files;
         try {
             for (const fs::directory_entry& entry : fs::recursive_directory_iterator(path)) {
-                if (entry.is_regular_file() && entry.path().extension() == ".txt") files.push_back(entry.path().string());
+                const bool text_file = entry.is_regular_file() && entry.path().extension() == ".txt";
+                if (text_file) files.push_back(entry.path().string());
             }
         } catch (const fs::filesystem_error& e) {
-            throw Error("corpus folder " + path + ": cannot list its files (" + e.code().message() + "): check permissions");
+            throw Error("corpus folder " + path + ": cannot list its files (" + e.code().message() +
+                        "): check permissions");
         }
         require(!files.empty(), "corpus folder " + path + " holds no .txt files: put UTF-8 text files (*.txt) in it");
         std::sort(files.begin(), files.end());
@@ -98,7 +101,8 @@ std::vector<Document> read_corpus(const std::string& path) {
     } else {
         documents = cut_into_parts(read_document(path));
     }
-    const bool all_empty = std::all_of(documents.begin(), documents.end(), [](const Document& d) { return d.text.empty(); });
+    const bool all_empty =
+        std::all_of(documents.begin(), documents.end(), [](const Document& d) { return d.text.empty(); });
     require(!all_empty, "corpus " + path + " is empty: it needs some text to train on");
     return documents;
 }

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "data/atomic_file.h"
 #include "data/corpus.h"
+#include "io/atomic_file.h"
 
 namespace dqt {
 namespace fs = std::filesystem;
@@ -44,7 +44,9 @@ SplitInfo write_split(const std::string& path, const Tokenizer& tokenizer, const
     SplitInfo info;
     info.documents = static_cast<int64_t>(texts.size());
     for (const std::string& text : texts) info.bytes += static_cast<int64_t>(text.size());
-    if (!texts.empty()) info.bytes += static_cast<int64_t>((texts.size() - 1) * std::string_view(kDocumentSeparator).size());
+    if (!texts.empty()) {
+        info.bytes += static_cast<int64_t>((texts.size() - 1) * std::string_view(kDocumentSeparator).size());
+    }
     const std::vector<int32_t> tokens = encode_joined(tokenizer, texts);
     info.tokens = static_cast<int64_t>(tokens.size());
     write_shard(path, tokens, tokenizer.vocab_size(), static_cast<uint64_t>(info.bytes));
@@ -63,8 +65,8 @@ std::vector<std::string> take_texts(std::vector<Document>& documents) {
 
 }  // namespace
 
-DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir, const std::string& tokenizer_kind,
-                            int bpe_vocab) {
+DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir,
+                            const std::string& tokenizer_kind, int bpe_vocab) {
     require(tokenizer_kind == "byte" || tokenizer_kind == "bpe",
             "unknown tokenizer '" + tokenizer_kind + "': use byte or bpe");
     CorpusSplit split = split_corpus(read_corpus(corpus_path));
@@ -79,8 +81,8 @@ DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& o
 
     std::error_code ec;
     fs::create_directories(out_dir, ec);
-    require(fs::is_directory(out_dir), "cannot create dataset folder " + out_dir + " (" + ec.message() +
-                                           "): check the path and its permissions");
+    require(fs::is_directory(out_dir),
+            "cannot create dataset folder " + out_dir + " (" + ec.message() + "): check the path and its permissions");
     DatasetInfo info;
     info.tokenizer_kind = tokenizer->kind();
     info.vocab_size = tokenizer->vocab_size();
@@ -100,7 +102,7 @@ DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& o
         {"val", split_json(info.val)},
     };
     const std::string text = meta.dump(2) + "\n";
-    write_file_atomic(out_dir + "/meta.json", {text});
+    write_file_atomic(out_dir + "/meta.json", text);
     return info;
 }
 
@@ -114,8 +116,9 @@ Dataset open_dataset(const std::string& dir) {
     Dataset dataset{load_tokenizer_file(dir + "/tokenizer.bin"), Shard(dir + "/train.bin"), Shard(dir + "/val.bin")};
     for (const Shard* shard : {&dataset.train, &dataset.val}) {
         require(shard->vocab_size() == dataset.tokenizer->vocab_size(),
-                "shard " + shard->path() + " has vocabulary " + std::to_string(shard->vocab_size()) + " but tokenizer.bin has " +
-                    std::to_string(dataset.tokenizer->vocab_size()) + " (files from different runs)" + fix);
+                "shard " + shard->path() + " has vocabulary " + std::to_string(shard->vocab_size()) +
+                    " but tokenizer.bin has " + std::to_string(dataset.tokenizer->vocab_size()) +
+                    " (files from different runs)" + fix);
     }
     return dataset;
 }

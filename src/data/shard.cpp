@@ -15,7 +15,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
-#include "data/atomic_file.h"
+#include "io/atomic_file.h"
 
 namespace dqt {
 namespace {
@@ -39,7 +39,9 @@ struct ShardHeader {
 };
 static_assert(sizeof(ShardHeader) == 64 && offsetof(ShardHeader, header_crc) == 60);
 
-uint32_t header_crc_of(const ShardHeader& header) { return crc32_update(0, &header, offsetof(ShardHeader, header_crc)); }
+uint32_t header_crc_of(const ShardHeader& header) {
+    return crc32_update(0, &header, offsetof(ShardHeader, header_crc));
+}
 
 int bytes_per_token_for(int vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
@@ -71,8 +73,10 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int v
     header.source_bytes = source_bytes;
     header.payload_crc = crc32_update(0, payload.data(), payload.size());
     header.header_crc = header_crc_of(header);
-    write_file_atomic(path, {std::string_view(reinterpret_cast<const char*>(&header), sizeof header),
-                             std::string_view(payload.data(), payload.size())});
+    AtomicFileWriter file(path);
+    file.write(&header, sizeof header);
+    file.write(payload.data(), payload.size());
+    file.commit();
 }
 
 Shard::Shard(const std::string& path) : path_(path) {
@@ -93,7 +97,8 @@ Shard::Shard(const std::string& path) : path_(path) {
         const bool has_magic = ::pread(fd, magic, 8, 0) == 8 && std::memcmp(magic, kShardMagic, 8) == 0;
         ::close(fd);
         require(has_magic, name + ": wrong magic (not a dqt shard file)");
-        throw Error(name + ": truncated (" + std::to_string(file_bytes) + " bytes, shorter than the 64-byte header)" + fix);
+        throw Error(name + ": truncated (" + std::to_string(file_bytes) + " bytes, shorter than the 64-byte header)" +
+                    fix);
     }
     map_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);  // the mapping keeps the file open
@@ -108,9 +113,11 @@ Shard::Shard(const std::string& path) : path_(path) {
         require(std::memcmp(header.magic, kShardMagic, 8) == 0, name + ": wrong magic (not a dqt shard file)");
         require(header.header_crc == header_crc_of(header), name + ": header checksum mismatch (file corrupt)" + fix);
         require(header.version == kShardVersion, name + ": format version " + std::to_string(header.version) +
-                                                     " is not supported (expected " + std::to_string(kShardVersion) + ")" + fix);
+                                                     " is not supported (expected " + std::to_string(kShardVersion) +
+                                                     ")" + fix);
         require(header.vocab_size > 0 && header.vocab_size <= INT32_MAX &&
-                    header.bytes_per_token == static_cast<uint32_t>(bytes_per_token_for(static_cast<int>(header.vocab_size))),
+                    header.bytes_per_token ==
+                        static_cast<uint32_t>(bytes_per_token_for(static_cast<int>(header.vocab_size))),
                 name + ": inconsistent header (vocabulary " + std::to_string(header.vocab_size) + ", " +
                     std::to_string(header.bytes_per_token) + " bytes per token)" + fix);
         const size_t held = (file_bytes - sizeof header) / header.bytes_per_token;
@@ -161,8 +168,8 @@ void Shard::unmap() {
 
 void Shard::read(size_t offset, size_t count, int32_t* out) const {
     if (offset > token_count_ || count > token_count_ - offset) {
-        throw Error("shard " + path_ + ": read of tokens [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
-                    ") past its " + std::to_string(token_count_) + " tokens");
+        throw Error("shard " + path_ + ": read of tokens [" + std::to_string(offset) + ", " +
+                    std::to_string(offset + count) + ") past its " + std::to_string(token_count_) + " tokens");
     }
     if (bytes_per_token_ == 4) {
         std::memcpy(out, static_cast<const int32_t*>(payload_) + offset, count * sizeof(int32_t));

@@ -14,7 +14,8 @@
 
 namespace dqt {
 
-// Writes a shard atomically (path + ".tmp", fsync, rename); no file at path on failure.
+// Writes a shard atomically (io/atomic_file.h: temporary file, fsync, rename); on failure
+// (including a token outside [0, vocab_size)) nothing is left at path.
 void write_shard(const std::string& path, std::span<const int32_t> tokens, int vocab_size, uint64_t source_bytes);
 
 // A read-only, validated, memory-mapped shard. Opening checks magic, version, sizes and both
@@ -33,8 +34,10 @@ public:
     uint64_t source_bytes() const { return source_bytes_; }
     const std::string& path() const { return path_; }
 
+    // Token i, for i < token_count() (unchecked: the hot path).
     int32_t token(size_t i) const {
-        return bytes_per_token_ == 2 ? static_cast<const uint16_t*>(payload_)[i] : static_cast<const int32_t*>(payload_)[i];
+        return bytes_per_token_ == 2 ? static_cast<const uint16_t*>(payload_)[i]
+                                     : static_cast<const int32_t*>(payload_)[i];
     }
     // out[0, count) = tokens [offset, offset + count); the range must lie inside the shard.
     void read(size_t offset, size_t count, int32_t* out) const;

@@ -33,7 +33,8 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& t
 // Rebuilds a tokenizer from kind() and serialize(); dqt::Error for an unknown kind or bad data.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized);
 
-// tokenizer.bin: magic, version, kind, blob, CRC-32 (see docs in tokenizer.cpp). Atomic write.
+// tokenizer.bin (little-endian): "DQTTOKEN", u32 version (1), u32 kind length, kind,
+// u64 blob length, blob (serialize()), u32 CRC-32 of all bytes before it. Written atomically.
 void save_tokenizer_file(const std::string& path, const Tokenizer& tokenizer);
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
 

@@ -1,8 +1,8 @@
 #pragma once
 // Causal scaled-dot-product attention with grouped-query support: query head h reads kv head
-// h / (heads / kv_heads); scores are scaled by 1 / sqrt(head_dim). Work is split over
-// (batch, head) pairs, each owned by one thread, so results are bit-identical for any thread
-// count.
+// h / (heads / kv_heads); scores are scaled by 1 / sqrt(head_dim). Forward work is split over
+// (batch, head) pairs and backward work over (batch, kv head) pairs, each owned by one thread
+// and computed in a fixed order, so results are bit-identical for any thread count.
 #include <cstddef>
 
 namespace dqt {
@@ -14,7 +14,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
                        int seq, int heads, int kv_heads, int head_dim);
 
 // Floats the caller must provide as dscores_scratch of attention_backward: one (seq, seq)
-// matrix per (batch, head), i.e. the size of probs.
+// matrix per (batch, head), i.e. batch * heads * seq * seq, the size of probs. (Per-thread
+// buffers of O(seq * head_dim) are allocated inside, as accounted scratch.)
 size_t attention_backward_scratch_floats(int batch, int seq, int heads);
 
 // dq (batch, seq, heads, head_dim) +=, dk, dv (batch, seq, kv_heads, head_dim) +=, given
@@ -28,7 +29,8 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 // One generation step with a KV cache: the new token at position pos attends to cache rows
 // 0..pos (row pos already holds its own key and value).
 // q (heads, head_dim); k_cache, v_cache (max_seq, kv_heads, head_dim) with max_seq > pos;
-// out (heads, head_dim) written. Equals row pos of attention_forward over the same keys.
+// out (heads, head_dim) written. Equals row pos of attention_forward over the same keys, up to
+// float rounding.
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int pos,
                       int heads, int kv_heads, int head_dim);
 

@@ -86,7 +86,8 @@ void attention_forward(double* out, double* probs, const double* q, const double
                 }
                 double sum = 0;
                 for (int j = 0; j <= i; ++j) sum += std::exp(score[j] - max_score);
-                for (int j = 0; j < seq; ++j) probs[at.p(b, h, i, j)] = j <= i ? std::exp(score[j] - max_score) / sum : 0.0;
+                for (int j = 0; j < seq; ++j)
+                    probs[at.p(b, h, i, j)] = j <= i ? std::exp(score[j] - max_score) / sum : 0.0;
                 for (int d = 0; d < head_dim; ++d) {
                     double o = 0;
                     for (int j = 0; j <= i; ++j) o += probs[at.p(b, h, i, j)] * v[at.kv(b, j, h) + d];

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -18,10 +20,12 @@ struct RopeTable {
         : cos(MemCategory::scratch, static_cast<size_t>(seq) * (head_dim / 2)),
           sin(MemCategory::scratch, static_cast<size_t>(seq) * (head_dim / 2)) {
         const int pairs = head_dim / 2;
+        std::vector<double> inv_freq(pairs);  // theta^(-2i / head_dim)
+        for (int i = 0; i < pairs; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < seq; ++t)
             for (int i = 0; i < pairs; ++i) {
-                const double angle = (pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+                const double angle = static_cast<double>(pos0 + t) * inv_freq[i];
                 cos[static_cast<size_t>(t) * pairs + i] = static_cast<float>(std::cos(angle));
                 sin[static_cast<size_t>(t) * pairs + i] = static_cast<float>(std::sin(angle));
             }

@@ -7,10 +7,10 @@
 
 namespace dqt {
 
-// Compiles a hot function for AVX-512, AVX2 and baseline x86-64; the loader picks the best the
-// CPU supports (the build has no -march flag). Put it on functions without OpenMP pragmas:
-// the bodies OpenMP outlines do not inherit it.
-#define DQT_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+// Compiles a hot function for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and baseline x86-64;
+// the loader picks the best the CPU supports (the build has no -march flag). Put it on
+// functions without OpenMP pragmas: the bodies OpenMP outlines do not inherit it.
+#define DQT_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 inline constexpr int kLanes = 8;
 
@@ -38,6 +38,33 @@ inline double sum_f64(const float* x, int n) {
     return sum;
 }
 
+// sum_i a[i] * b[i] in float, for short sums (a few thousand terms) where float suffices.
+// 32 lanes: several independent vector accumulators hide the add latency.
+inline float dot_f32(const float* a, const float* b, int n) {
+    constexpr int lanes = 32;
+    float lane[lanes] = {};
+    int i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int l = 0; l < lanes; ++l) lane[l] += a[i + l] * b[i + l];
+    for (; i < n; ++i) lane[0] += a[i] * b[i];
+    float sum = 0;
+    for (int l = 0; l < lanes; ++l) sum += lane[l];
+    return sum;
+}
+
+// sum_i x[i] in float, for short sums.
+inline float sum_f32(const float* x, int n) {
+    constexpr int lanes = 32;
+    float lane[lanes] = {};
+    int i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int l = 0; l < lanes; ++l) lane[l] += x[i + l];
+    for (; i < n; ++i) lane[0] += x[i];
+    float sum = 0;
+    for (int l = 0; l < lanes; ++l) sum += lane[l];
+    return sum;
+}
+
 // max_i x[i] for n >= 1.
 inline float max_f32(const float* x, int n) {
     float lane[kLanes];
@@ -56,8 +83,8 @@ inline float max_f32(const float* x, int n) {
 // that range are clamped to it (exp(-inf) gives about 4e-38 rather than 0, large inputs about
 // 1.7e38 rather than inf); NaN stays NaN.
 inline float exp_f32(float x) {
-    // The clamp works on the bit pattern: g++ (with its default -ftrapping-math) will not turn
-    // float comparisons into vector selects, integer ones it will.
+    // The clamp works on the bit pattern: below AVX-512, g++ (with its default -ftrapping-math)
+    // will not turn float comparisons into vector selects; integer ones it will.
     const int32_t bits = std::bit_cast<int32_t>(x);
     const int32_t sign = bits & INT32_MIN;
     const int32_t magnitude = bits & INT32_MAX;
