@@ -13,6 +13,7 @@ namespace dqt::cli {
 namespace {
 struct BenchTrainArgs {
     ModelConfig model_flags;
+    MethodFlags method_flags;
     std::string config_path;
     int batch = 8;
     int steps = 20;
@@ -30,6 +31,7 @@ void add_bench_command(CLI::App& app) {
     CLI::App* train = bench->add_subcommand(
         "train", "training throughput of the reference config (dim 256, 4 layers, 4 heads, FFN 688, seq 256, batch 8)");
     add_model_flags(*train, args->model_flags, args->config_path);
+    add_method_flags(*train, args->method_flags);
     train->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
     train->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
     train->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -38,10 +40,16 @@ void add_bench_command(CLI::App& app) {
     train->callback([train, args] {
         set_num_threads(args->threads);
         const ModelConfig config = resolve_model_config(*train, args->model_flags, args->config_path, ModelConfig{});
-        const ThroughputResult result = measure_training_throughput(config, args->batch, args->steps, args->warmup);
+        const MethodConfig method = resolve_method_config(*train, args->method_flags);
+        const StateDtype optim_state = resolve_optim_state(args->method_flags);
+        const ThroughputResult result =
+            measure_training_throughput(config, method, optim_state, args->batch, args->steps, args->warmup);
         const double peak = measure_gemm_peak_gflops(num_threads());
         const nlohmann::json record = {{"bench", "train"},
                                        {"threads", num_threads()},
+                                       {"method", method.label()},
+                                       {"optim_state", state_dtype_bits(optim_state)},
+                                       {"compute_dtype", compute_dtype_name(method.compute)},
                                        {"parameters", config.parameter_count()},
                                        {"batch", args->batch},
                                        {"seq_len", config.seq_len},
@@ -55,9 +63,9 @@ void add_bench_command(CLI::App& app) {
             std::printf("%s\n", record.dump().c_str());
             return;
         }
-        std::printf("bench train: %lld parameters, batch %d x %d tokens, %d threads, %d timed steps\n",
-                    static_cast<long long>(config.parameter_count()), args->batch, config.seq_len, num_threads(),
-                    result.steps);
+        std::printf("bench train: %s, %lld parameters, batch %d x %d tokens, %d threads, %d timed steps\n",
+                    method.label().c_str(), static_cast<long long>(config.parameter_count()), args->batch,
+                    config.seq_len, num_threads(), result.steps);
         std::printf("  %.0f tokens/s, %.1f ms/step\n", result.tokens_per_second, 1e3 * result.seconds_per_step);
         std::printf("  %.1f GFLOP/s achieved, GEMM peak %.1f GFLOP/s measured here: %.0f%% of peak\n", result.gflops,
                     peak, 100.0 * result.gflops / peak);

@@ -18,6 +18,7 @@ namespace {
 struct TrainArgs {
     TrainOptions options;
     ModelConfig model_flags;
+    MethodFlags method_flags;
     std::string config_path;
     int threads = 0;
     bool resume = false;
@@ -56,6 +57,8 @@ void run(CLI::App& command, TrainArgs& args) {
         ModelConfig defaults;
         defaults.vocab_size = 0;  // 0: take the dataset tokenizer's vocabulary
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
+        args.options.method = resolve_method_config(command, args.method_flags);
+        args.options.optim_state = resolve_optim_state(args.method_flags);
         prepare_default_dataset(args.options);
     }
     RunControl control;
@@ -86,6 +89,7 @@ void add_train_command(CLI::App& app) {
     command->add_option("--data", o.data_dir, "dataset folder made by `dqt data`")->capture_default_str();
     command->add_option("--out", o.out_dir, "run folder: checkpoint, metrics.jsonl, config.json")->capture_default_str();
     add_model_flags(*command, args->model_flags, args->config_path);
+    add_method_flags(*command, args->method_flags);
     command->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
     command->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
     command->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include "model/config.h"
+#include "model/method.h"
+#include "optim/optimizer_state.h"
 
 namespace dqt::cli {
 
@@ -21,6 +23,21 @@ void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config
 // explicitly on the command line (flags win). `config` holds the parsed flag values.
 ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& config, const std::string& config_path,
                                  const ModelConfig& defaults);
+// Training-method flags shared by train and bench (--method, --bits, --rounding, ...).
+struct MethodFlags {
+    std::string method = "fp";
+    std::string bits = "1.58";
+    std::string rounding = "stochastic";
+    std::string compute_dtype = "fp32";
+    std::string optim_state = "32";
+    bool quantize_embedding = false;
+    bool quantize_head = false;
+};
+void add_method_flags(CLI::App& command, MethodFlags& flags);
+// Parses and validates the flags; --bits and --rounding given without --method dqt are errors.
+MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& flags);
+StateDtype resolve_optim_state(const MethodFlags& flags);
+
 // --threads N (0 = all cores); applied with dqt::set_num_threads.
 void add_threads_flag(CLI::App& command, int& threads);
 

@@ -53,9 +53,9 @@ TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
     model.initialize(seed);
     // Norm gains away from 1 so their gradients are exercised generically.
     for (const ParamTensor& tensor : model.layout.tensors) {
-        if (tensor.is_matrix) continue;
+        if (tensor.is_matrix()) continue;
         for (size_t i = 0; i < tensor.count(); ++i)
-            model.values[tensor.offset + i] = 1.0f + 0.3f * normal01(seed, 9, tensor.tensor_id, i);
+            model.value(tensor)[i] = 1.0f + 0.3f * normal01(seed, 9, tensor.tensor_id, i);
     }
     Activations acts(config, 2, config.seq_len);
     fill_tokens(acts, config.vocab_size, seed);
@@ -77,9 +77,9 @@ TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
             direction[i] /= static_cast<float>(std::sqrt(norm));
             analytic += static_cast<double>(model.gradients[tensor.offset + i]) * direction[i];
         }
-        std::vector<float> saved(model.values.data() + tensor.offset, model.values.data() + tensor.offset + tensor.count());
+        std::vector<float> saved(model.value(tensor), model.value(tensor) + tensor.count());
         auto loss_at = [&](float step) {
-            for (size_t i = 0; i < saved.size(); ++i) model.values[tensor.offset + i] = saved[i] + step * direction[i];
+            for (size_t i = 0; i < saved.size(); ++i) model.value(tensor)[i] = saved[i] + step * direction[i];
             return model_forward(model, acts, true);
         };
         const double numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 
 using namespace dqt;
@@ -21,11 +21,12 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
     model.initialize(seed);
-    AdamWState state(model.layout.total);
+    OptimizerState state(model.layout.total, StateDtype::fp32);
     AdamWConfig adam;
     adam.weight_decay = 0.1f;
 
-    const size_t total = model.layout.total;
+    const size_t total = model.layout.total;  // fp: values laid out like the gradients
+    ASSERT_EQ(model.layout.value_total, total);
     std::vector<double> w(model.values.begin(), model.values.end()), m(total, 0.0), v(total, 0.0), g(total);
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.01f);
@@ -33,16 +34,16 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
         for (size_t i = 0; i < total; ++i) model.gradients[i] = normal(rng);
         for (size_t i = 0; i < total; ++i) g[i] = model.gradients[i];
         const float lr = 1e-2f * t;
-        adamw_step(model, state, adam, lr, t);
+        optimizer_step(model, state, adam, lr, t, seed);
         for (const ParamTensor& tensor : model.layout.tensors) {
             adamw_reference(w.data() + tensor.offset, m.data() + tensor.offset, v.data() + tensor.offset,
-                            g.data() + tensor.offset, tensor.count(), tensor.is_matrix, adam, lr, t);
+                            g.data() + tensor.offset, tensor.count(), tensor.is_matrix(), adam, lr, t);
         }
     }
     for (const ParamTensor& tensor : model.layout.tensors) {
         for (size_t i = 0; i < tensor.count(); ++i) {
             const size_t k = tensor.offset + i;
-            ASSERT_NEAR(model.values[k], w[k], 1e-5 * std::max(1.0, std::fabs(w[k]))) << tensor.name << "[" << i << "]";
+            ASSERT_NEAR(model.value(tensor)[i], w[k], 1e-5 * std::max(1.0, std::fabs(w[k]))) << tensor.name << "[" << i << "]";
         }
     }
 }

@@ -7,10 +7,10 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
-#include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/weight_access.h"
 
 namespace dqt {
 
@@ -44,44 +44,50 @@ void decode_token(const ModelParameters& model, KvCache& cache, DecodeScratch& s
     require(token >= 0 && token < c.vocab_size, "token id " + std::to_string(token) + " is outside the vocabulary");
     const int C = c.dim, F = c.ffn_dim, KV = c.kv_dim(), D = c.head_dim();
     const int pos = cache.length;
-    const ModelTensors& w = model.weights;
+    const ModelTensors& w = model.tensors;
+    auto value = [&](const ParamTensor* tensor) { return model.value(*tensor); };
 
-    std::memcpy(s.x.data(), w.token_embd + static_cast<size_t>(token) * C, C * sizeof(float));
+    weight_embedding_forward(model, *w.token_embd, s.x.data(), &token, 1);
     for (int l = 0; l < c.n_layers; ++l) {
-        const LayerParams& p = w.layers[l];
+        const LayerTensors& p = w.layers[l];
         float* k_row = cache.keys[l].data() + static_cast<size_t>(pos) * KV;   // (Hkv, D)
         float* v_row = cache.values[l].data() + static_cast<size_t>(pos) * KV; // (Hkv, D)
 
-        rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), p.attn_norm, 1, C, c.norm_eps);
-        linear_forward(s.q.data(), s.normed.data(), p.wq, 1, C, C);
-        linear_forward(k_row, s.normed.data(), p.wk, 1, C, KV);
-        linear_forward(v_row, s.normed.data(), p.wv, 1, C, KV);
+        rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), value(p.attn_norm), 1, C, c.norm_eps);
+        prepare_linear_input(model, *p.wq, s.normed.data(), 1);
+        weight_linear_forward(model, *p.wq, s.q.data(), s.normed.data(), 1);
+        weight_linear_forward(model, *p.wk, k_row, s.normed.data(), 1);
+        weight_linear_forward(model, *p.wv, v_row, s.normed.data(), 1);
         rope_forward(s.q.data(), 1, 1, c.n_heads, D, pos, c.rope_theta);
         rope_forward(k_row, 1, 1, c.n_kv_heads, D, pos, c.rope_theta);
         attention_decode(s.att.data(), s.q.data(), cache.keys[l].data(), cache.values[l].data(), pos, c.n_heads,
                          c.n_kv_heads, D);
-        const float* att_out = s.att.data();
+        float* att_out = s.att.data();
         if (c.subln) {
-            rmsnorm_forward(s.att_sub.data(), s.rstd.data(), s.att.data(), p.attn_subnorm, 1, C, c.norm_eps);
+            rmsnorm_forward(s.att_sub.data(), s.rstd.data(), s.att.data(), value(p.attn_subnorm), 1, C, c.norm_eps);
             att_out = s.att_sub.data();
         }
-        linear_forward(s.proj.data(), att_out, p.wo, 1, C, C);
+        prepare_linear_input(model, *p.wo, att_out, 1);
+        weight_linear_forward(model, *p.wo, s.proj.data(), att_out, 1);
         for (int i = 0; i < C; ++i) s.x[i] += s.proj[i];
 
-        rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), p.ffn_norm, 1, C, c.norm_eps);
-        linear_forward(s.gate.data(), s.normed.data(), p.w_gate, 1, C, F);
-        linear_forward(s.up.data(), s.normed.data(), p.w_up, 1, C, F);
+        rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), value(p.ffn_norm), 1, C, c.norm_eps);
+        prepare_linear_input(model, *p.w_gate, s.normed.data(), 1);
+        weight_linear_forward(model, *p.w_gate, s.gate.data(), s.normed.data(), 1);
+        weight_linear_forward(model, *p.w_up, s.up.data(), s.normed.data(), 1);
         swiglu_forward(s.h.data(), s.gate.data(), s.up.data(), F);
-        const float* ffn_in = s.h.data();
+        float* ffn_in = s.h.data();
         if (c.subln) {
-            rmsnorm_forward(s.h_sub.data(), s.rstd.data(), s.h.data(), p.ffn_subnorm, 1, F, c.norm_eps);
+            rmsnorm_forward(s.h_sub.data(), s.rstd.data(), s.h.data(), value(p.ffn_subnorm), 1, F, c.norm_eps);
             ffn_in = s.h_sub.data();
         }
-        linear_forward(s.proj.data(), ffn_in, p.w_down, 1, F, C);
+        prepare_linear_input(model, *p.w_down, ffn_in, 1);
+        weight_linear_forward(model, *p.w_down, s.proj.data(), ffn_in, 1);
         for (int i = 0; i < C; ++i) s.x[i] += s.proj[i];
     }
-    rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), w.output_norm, 1, C, c.norm_eps);
-    linear_forward(s.logits.data(), s.normed.data(), w.output, 1, C, c.vocab_size);
+    rmsnorm_forward(s.normed.data(), s.rstd.data(), s.x.data(), value(w.output_norm), 1, C, c.norm_eps);
+    prepare_linear_input(model, *w.output, s.normed.data(), 1);
+    weight_linear_forward(model, *w.output, s.logits.data(), s.normed.data(), 1);
     cache.length = pos + 1;
 }
 

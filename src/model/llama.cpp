@@ -5,10 +5,10 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
-#include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/weight_access.h"
 
 namespace dqt {
 
@@ -73,60 +73,69 @@ Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : ba
 double model_forward(const ModelParameters& model, Activations& acts, bool with_targets) {
     const ModelConfig& c = model.config;
     const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), D = c.head_dim();
-    const ModelTensors& w = model.weights;
+    const int C = c.dim, F = c.ffn_dim, D = c.head_dim();
+    const ModelTensors& w = model.tensors;
+    auto value = [&](const ParamTensor* tensor) { return model.value(*tensor); };
 
     float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
-    embedding_forward(residual, acts.tokens.data(), w.token_embd, N, C);
+    weight_embedding_forward(model, *w.token_embd, residual, acts.tokens.data(), N);
 
     for (int l = 0; l < c.n_layers; ++l) {
         LayerActivations& a = acts.layers[l];
-        const LayerParams& p = w.layers[l];
+        const LayerTensors& p = w.layers[l];
         float* next = (l + 1 < c.n_layers) ? acts.layers[l + 1].input.data() : acts.final_input.data();
 
         // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
-        rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), p.attn_norm, N, C, c.norm_eps);
-        linear_forward(a.q.data(), a.ln1.data(), p.wq, N, C, C);
-        linear_forward(a.k.data(), a.ln1.data(), p.wk, N, C, KV);
-        linear_forward(a.v.data(), a.ln1.data(), p.wv, N, C, KV);
+        rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), value(p.attn_norm), N, C, c.norm_eps);
+        prepare_linear_input(model, *p.wq, a.ln1.data(), N);  // q, k, v share one input and one method
+        weight_linear_forward(model, *p.wq, a.q.data(), a.ln1.data(), N);
+        weight_linear_forward(model, *p.wk, a.k.data(), a.ln1.data(), N);
+        weight_linear_forward(model, *p.wv, a.v.data(), a.ln1.data(), N);
         rope_forward(a.q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
         rope_forward(a.k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
         attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
                           c.n_kv_heads, D);
-        const float* att_out = a.att.data();
+        float* att_out = a.att.data();
         if (c.subln) {
-            rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), p.attn_subnorm, N, C, c.norm_eps);
+            rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), value(p.attn_subnorm), N, C,
+                            c.norm_eps);
             att_out = a.att_sub.data();
         }
-        linear_forward(a.mid.data(), att_out, p.wo, N, C, C);
+        prepare_linear_input(model, *p.wo, att_out, N);
+        weight_linear_forward(model, *p.wo, a.mid.data(), att_out, N);
         add_in_place(a.mid.data(), a.input.data(), static_cast<size_t>(N) * C);
 
         // Feed-forward block: mid + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(mid).
-        rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), p.ffn_norm, N, C, c.norm_eps);
-        linear_forward(a.gate.data(), a.ln2.data(), p.w_gate, N, C, F);
-        linear_forward(a.up.data(), a.ln2.data(), p.w_up, N, C, F);
+        rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), value(p.ffn_norm), N, C, c.norm_eps);
+        prepare_linear_input(model, *p.w_gate, a.ln2.data(), N);
+        weight_linear_forward(model, *p.w_gate, a.gate.data(), a.ln2.data(), N);
+        weight_linear_forward(model, *p.w_up, a.up.data(), a.ln2.data(), N);
         swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
-        const float* ffn_in = a.h.data();
+        float* ffn_in = a.h.data();
         if (c.subln) {
-            rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), p.ffn_subnorm, N, F, c.norm_eps);
+            rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), value(p.ffn_subnorm), N, F, c.norm_eps);
             ffn_in = a.h_sub.data();
         }
-        linear_forward(next, ffn_in, p.w_down, N, F, C);
+        prepare_linear_input(model, *p.w_down, ffn_in, N);
+        weight_linear_forward(model, *p.w_down, next, ffn_in, N);
         add_in_place(next, a.mid.data(), static_cast<size_t>(N) * C);
     }
 
-    rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), w.output_norm, N, C, c.norm_eps);
-    linear_forward(acts.logits.data(), acts.lnf.data(), w.output, N, C, V);
+    rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), value(w.output_norm), N, C,
+                    c.norm_eps);
+    prepare_linear_input(model, *w.output, acts.lnf.data(), N);
+    weight_linear_forward(model, *w.output, acts.logits.data(), acts.lnf.data(), N);
     if (!with_targets) return 0.0;
-    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, V, 0.0f);
+    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f);
 }
 
 void model_backward(ModelParameters& model, Activations& acts, float grad_scale) {
     const ModelConfig& c = model.config;
     const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), D = c.head_dim();
-    const ModelTensors& w = model.weights;
-    const ModelTensors& g = model.grads;
+    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, D = c.head_dim();
+    const ModelTensors& w = model.tensors;
+    auto value = [&](const ParamTensor* tensor) { return model.value(*tensor); };
+    auto grad = [&](const ParamTensor* tensor) { return model.grad(*tensor); };
 
     // dlogits overwrite the logits in place: row by row, softmax reads a row before writing it.
     float* dlogits = acts.logits.data();  // (B, T, V)
@@ -134,25 +143,24 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
 
     // Head and final norm: d_residual = dL/d final_input.
     zero(acts.d_c);
-    linear_backward(acts.d_c.data(), g.output, dlogits, acts.lnf.data(), w.output, N, C, V);
+    weight_linear_backward(model, *w.output, acts.d_c.data(), dlogits, acts.lnf.data(), N);
     zero(acts.d_residual);
-    rmsnorm_backward(acts.d_residual.data(), g.output_norm, acts.d_c.data(), acts.final_input.data(), w.output_norm,
-                     acts.lnf_rstd.data(), N, C);
+    rmsnorm_backward(acts.d_residual.data(), grad(w.output_norm), acts.d_c.data(), acts.final_input.data(),
+                     value(w.output_norm), acts.lnf_rstd.data(), N, C);
 
     for (int l = c.n_layers - 1; l >= 0; --l) {
         LayerActivations& a = acts.layers[l];
-        const LayerParams& p = w.layers[l];
-        const LayerParams& gp = g.layers[l];
+        const LayerTensors& p = w.layers[l];
 
         // Feed-forward block. d_residual carries dL/d(next) and becomes dL/d(mid).
         const float* ffn_in = c.subln ? a.h_sub.data() : a.h.data();
         zero(acts.d_f);
-        linear_backward(acts.d_f.data(), gp.w_down, acts.d_residual.data(), ffn_in, p.w_down, N, F, C);
+        weight_linear_backward(model, *p.w_down, acts.d_f.data(), acts.d_residual.data(), ffn_in, N);
         const float* d_h = acts.d_f.data();
         if (c.subln) {
             zero(acts.d_gate);  // borrowed as dL/dh
-            rmsnorm_backward(acts.d_gate.data(), gp.ffn_subnorm, acts.d_f.data(), a.h.data(), p.ffn_subnorm,
-                             a.h_sub_rstd.data(), N, F);
+            rmsnorm_backward(acts.d_gate.data(), grad(p.ffn_subnorm), acts.d_f.data(), a.h.data(),
+                             value(p.ffn_subnorm), a.h_sub_rstd.data(), N, F);
             std::memcpy(acts.d_f.data(), acts.d_gate.data(), acts.d_f.bytes());
             d_h = acts.d_f.data();
         }
@@ -161,20 +169,20 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
         swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
                         static_cast<size_t>(N) * F);
         zero(acts.d_c);
-        linear_backward(acts.d_c.data(), gp.w_gate, acts.d_gate.data(), a.ln2.data(), p.w_gate, N, C, F);
-        linear_backward(acts.d_c.data(), gp.w_up, acts.d_up.data(), a.ln2.data(), p.w_up, N, C, F);
-        rmsnorm_backward(acts.d_residual.data(), gp.ffn_norm, acts.d_c.data(), a.mid.data(), p.ffn_norm,
+        weight_linear_backward(model, *p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data(), N);
+        weight_linear_backward(model, *p.w_up, acts.d_c.data(), acts.d_up.data(), a.ln2.data(), N);
+        rmsnorm_backward(acts.d_residual.data(), grad(p.ffn_norm), acts.d_c.data(), a.mid.data(), value(p.ffn_norm),
                          a.ln2_rstd.data(), N, C);
 
         // Attention block. d_residual becomes dL/d(input).
         const float* att_out = c.subln ? a.att_sub.data() : a.att.data();
         zero(acts.d_c);
-        linear_backward(acts.d_c.data(), gp.wo, acts.d_residual.data(), att_out, p.wo, N, C, C);
+        weight_linear_backward(model, *p.wo, acts.d_c.data(), acts.d_residual.data(), att_out, N);
         float* d_att = acts.d_c.data();
         if (c.subln) {
             zero(acts.d_c2);
-            rmsnorm_backward(acts.d_c2.data(), gp.attn_subnorm, acts.d_c.data(), a.att.data(), p.attn_subnorm,
-                             a.att_sub_rstd.data(), N, C);
+            rmsnorm_backward(acts.d_c2.data(), grad(p.attn_subnorm), acts.d_c.data(), a.att.data(),
+                             value(p.attn_subnorm), a.att_sub_rstd.data(), N, C);
             d_att = acts.d_c2.data();
         }
         zero(acts.d_q);
@@ -186,14 +194,14 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
         rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
         float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now
         std::memset(d_ln1, 0, static_cast<size_t>(N) * C * sizeof(float));
-        linear_backward(d_ln1, gp.wq, acts.d_q.data(), a.ln1.data(), p.wq, N, C, C);
-        linear_backward(d_ln1, gp.wk, acts.d_k.data(), a.ln1.data(), p.wk, N, C, KV);
-        linear_backward(d_ln1, gp.wv, acts.d_v.data(), a.ln1.data(), p.wv, N, C, KV);
-        rmsnorm_backward(acts.d_residual.data(), gp.attn_norm, d_ln1, a.input.data(), p.attn_norm, a.ln1_rstd.data(),
-                         N, C);
+        weight_linear_backward(model, *p.wq, d_ln1, acts.d_q.data(), a.ln1.data(), N);
+        weight_linear_backward(model, *p.wk, d_ln1, acts.d_k.data(), a.ln1.data(), N);
+        weight_linear_backward(model, *p.wv, d_ln1, acts.d_v.data(), a.ln1.data(), N);
+        rmsnorm_backward(acts.d_residual.data(), grad(p.attn_norm), d_ln1, a.input.data(), value(p.attn_norm),
+                         a.ln1_rstd.data(), N, C);
     }
 
-    embedding_backward(g.token_embd, acts.d_residual.data(), acts.tokens.data(), N, C);
+    embedding_backward(grad(w.token_embd), acts.d_residual.data(), acts.tokens.data(), N, C);
 }
 
 }  // namespace dqt

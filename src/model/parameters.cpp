@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "quant/ternary.h"
 
 namespace dqt {
 
@@ -14,47 +15,75 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
     throw Error("no parameter named " + name);
 }
 
-ParamLayout make_param_layout(const ModelConfig& c) {
+namespace {
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+bool follows_method(TensorRole role, const MethodConfig& method) {
+    if (method.method == Method::fp) return false;
+    switch (role) {
+        case TensorRole::block_linear: return true;
+        case TensorRole::embedding: return method.quantize_embedding;
+        case TensorRole::head: return method.quantize_head;
+        case TensorRole::norm: return false;
+    }
+    return false;
+}
+
+}  // namespace
+
+ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) {
     ParamLayout layout;
-    auto add = [&](const std::string& name, int rows, int cols, bool is_matrix) {
+    auto add = [&](const std::string& name, int rows, int cols, TensorRole role) {
         ParamTensor tensor;
         tensor.name = name;
         tensor.rows = rows;
         tensor.cols = cols;
-        tensor.offset = layout.total;
-        tensor.is_matrix = is_matrix;
+        tensor.role = role;
         tensor.tensor_id = static_cast<int>(layout.tensors.size());
-        // Keep every tensor 64-byte aligned inside the flat array.
-        layout.total += (tensor.count() + 15) / 16 * 16;
+        tensor.quantized = follows_method(role, method);
+        tensor.storage = tensor.quantized && method.method == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
+        // Every tensor starts 64-byte aligned inside its array.
+        tensor.offset = layout.total;
+        layout.total += round_up(tensor.count(), 16);
+        if (tensor.storage == TensorStorage::codes) {
+            tensor.code_offset = layout.code_total;
+            layout.code_total += round_up(code_bytes(method.grid, tensor.count()), 64);
+        } else {
+            tensor.value_offset = layout.value_total;
+            layout.value_total += round_up(tensor.count(), 16);
+        }
         layout.tensors.push_back(tensor);
     };
-    add("token_embd", c.vocab_size, c.dim, true);
+    add("token_embd", c.vocab_size, c.dim, TensorRole::embedding);
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string prefix = "blk." + std::to_string(l) + ".";
-        add(prefix + "attn_norm", 1, c.dim, false);
-        add(prefix + "attn_q", c.dim, c.dim, true);
-        add(prefix + "attn_k", c.kv_dim(), c.dim, true);
-        add(prefix + "attn_v", c.kv_dim(), c.dim, true);
-        if (c.subln) add(prefix + "attn_sub_norm", 1, c.dim, false);
-        add(prefix + "attn_output", c.dim, c.dim, true);
-        add(prefix + "ffn_norm", 1, c.dim, false);
-        add(prefix + "ffn_gate", c.ffn_dim, c.dim, true);
-        add(prefix + "ffn_up", c.ffn_dim, c.dim, true);
-        if (c.subln) add(prefix + "ffn_sub_norm", 1, c.ffn_dim, false);
-        add(prefix + "ffn_down", c.dim, c.ffn_dim, true);
+        add(prefix + "attn_norm", 1, c.dim, TensorRole::norm);
+        add(prefix + "attn_q", c.dim, c.dim, TensorRole::block_linear);
+        add(prefix + "attn_k", c.kv_dim(), c.dim, TensorRole::block_linear);
+        add(prefix + "attn_v", c.kv_dim(), c.dim, TensorRole::block_linear);
+        if (c.subln) add(prefix + "attn_sub_norm", 1, c.dim, TensorRole::norm);
+        add(prefix + "attn_output", c.dim, c.dim, TensorRole::block_linear);
+        add(prefix + "ffn_norm", 1, c.dim, TensorRole::norm);
+        add(prefix + "ffn_gate", c.ffn_dim, c.dim, TensorRole::block_linear);
+        add(prefix + "ffn_up", c.ffn_dim, c.dim, TensorRole::block_linear);
+        if (c.subln) add(prefix + "ffn_sub_norm", 1, c.ffn_dim, TensorRole::norm);
+        add(prefix + "ffn_down", c.dim, c.ffn_dim, TensorRole::block_linear);
     }
-    add("output_norm", 1, c.dim, false);
-    add("output", c.vocab_size, c.dim, true);
+    add("output_norm", 1, c.dim, TensorRole::norm);
+    add("output", c.vocab_size, c.dim, TensorRole::head);
     return layout;
 }
 
-ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout, float* base) {
-    auto at = [&](const std::string& name) { return base + layout.find(name).offset; };
+namespace {
+
+ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout) {
+    auto at = [&](const std::string& name) { return &layout.find(name); };
     ModelTensors t;
     t.token_embd = at("token_embd");
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string prefix = "blk." + std::to_string(l) + ".";
-        LayerParams p;
+        LayerTensors p;
         p.attn_norm = at(prefix + "attn_norm");
         p.wq = at(prefix + "attn_q");
         p.wk = at(prefix + "attn_k");
@@ -73,29 +102,53 @@ ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout, float
     return t;
 }
 
-ModelParameters::ModelParameters(const ModelConfig& c)
+}  // namespace
+
+ModelParameters::ModelParameters(const ModelConfig& c, const MethodConfig& m)
     : config(c),
-      layout(make_param_layout(c)),
-      values(MemCategory::weights, layout.total),
+      method(m),
+      layout(make_param_layout(c, m)),
+      values(MemCategory::weights, layout.value_total),
+      codes(MemCategory::weights, layout.code_total),
+      scales(MemCategory::weights, layout.tensors.size()),
       gradients(MemCategory::gradients, layout.total),
-      weights(bind_tensors(c, layout, values.data())),
-      grads(bind_tensors(c, layout, gradients.data())) {}
+      tensors(bind_tensors(c, layout)) {}
 
 void ModelParameters::initialize(uint64_t seed) {
     for (const ParamTensor& tensor : layout.tensors) {
-        float* w = values.data() + tensor.offset;
         const size_t count = tensor.count();
-        if (tensor.is_matrix) {
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < count; ++i) {
-                w[i] = config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
-            }
-        } else {
+        if (!tensor.is_matrix()) {
+            float* w = value(tensor);
             for (size_t i = 0; i < count; ++i) w[i] = 1.0f;
+            continue;
+        }
+        // Coded tensors draw into a temporary fp32 buffer (scratch, freed at once): the
+        // initial draw exists only until it is snapped onto the grid.
+        Array<float> draw;
+        float* w = value(tensor);
+        if (tensor.storage == TensorStorage::codes) {
+            draw = Array<float>(MemCategory::scratch, count);
+            w = draw.data();
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < count; ++i) {
+            w[i] = config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
+        }
+        if (tensor.storage == TensorStorage::codes) {
+            scale(tensor) = absmean_code_scale(method.grid, mean_abs(w, count));
+            quantize_nearest(code(tensor), w, count, method.grid, scale(tensor));
         }
     }
 }
 
 void ModelParameters::zero_gradients() { std::memset(gradients.data(), 0, gradients.bytes()); }
+
+void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {
+    if (tensor.storage == TensorStorage::codes) {
+        dequantize_codes(out, code(tensor), tensor.count(), method.grid, scale(tensor));
+    } else {
+        std::memcpy(out, value(tensor), tensor.count() * sizeof(float));
+    }
+}
 
 }  // namespace dqt

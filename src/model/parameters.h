@@ -1,68 +1,96 @@
 #pragma once
-// All trainable tensors of one model, carved out of one contiguous fp32 allocation (values,
-// category weights) and a matching one for gradients (category gradients). Contiguity keeps
-// the optimizer, clipping and checkpoints one loop over one array.
+// All trainable tensors of one model, stored as the training method asks (model/method.h):
+// fp32 tensors in one contiguous fp32 array (`values`), integer-coded tensors (dqt) in one
+// byte array (`codes`) with one scale each, and the gradients of every tensor in one
+// contiguous fp32 array. Contiguity keeps the optimizer, clipping and checkpoints simple loops.
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/memory.h"
 #include "model/config.h"
+#include "model/method.h"
 
 namespace dqt {
 
+enum class TensorRole { embedding, norm, block_linear, head };
+enum class TensorStorage { f32, codes };
+
 struct ParamTensor {
-    std::string name;       // GGUF-like: "token_embd", "blk.0.attn_q", "output_norm", ...
-    int rows = 0;           // matrices: (out_features, in_features); vectors: rows = 1
+    std::string name;         // GGUF-like: "token_embd", "blk.0.attn_q", "output_norm", ...
+    int rows = 0;             // matrices: (out_features, in_features); vectors: rows = 1
     int cols = 0;
-    size_t offset = 0;      // into the contiguous arrays, in floats
-    bool is_matrix = false; // matrices get weight decay, norm gains do not
-    int tensor_id = 0;      // position in the list: keys the counter-based RNG
+    TensorRole role = TensorRole::norm;
+    int tensor_id = 0;        // position in the list: keys the counter-based RNG
+    size_t offset = 0;        // into the gradients (and optimizer state), in floats
+    TensorStorage storage = TensorStorage::f32;
+    size_t value_offset = 0;  // f32 storage: into ModelParameters::values, in floats
+    size_t code_offset = 0;   // codes storage: into ModelParameters::codes, in bytes
+    bool quantized = false;   // the forward reads a quantized weight (bitnet or dqt)
+
     size_t count() const { return static_cast<size_t>(rows) * cols; }
-};
-
-struct LayerParams {
-    float* attn_norm;    // (C)
-    float* wq;           // (C, C)
-    float* wk;           // (KV, C)
-    float* wv;           // (KV, C)
-    float* attn_subnorm; // (C), null without SubLN
-    float* wo;           // (C, C)
-    float* ffn_norm;     // (C)
-    float* w_gate;       // (F, C)
-    float* w_up;         // (F, C)
-    float* ffn_subnorm;  // (F), null without SubLN
-    float* w_down;       // (C, F)
-};
-
-// Named pointers into one flat array (values or gradients) laid out by `ParamLayout`.
-struct ModelTensors {
-    float* token_embd;   // (V, C)
-    std::vector<LayerParams> layers;
-    float* output_norm;  // (C)
-    float* output;       // (V, C) lm_head
+    bool is_matrix() const { return role != TensorRole::norm; }  // matrices get weight decay
 };
 
 struct ParamLayout {
     std::vector<ParamTensor> tensors;
-    size_t total = 0;  // floats
+    size_t total = 0;        // floats of gradients (every tensor, 64-byte aligned each)
+    size_t value_total = 0;  // floats of f32-stored values
+    size_t code_total = 0;   // bytes of codes
     const ParamTensor& find(const std::string& name) const;
 };
 
-ParamLayout make_param_layout(const ModelConfig& config);
-ModelTensors bind_tensors(const ModelConfig& config, const ParamLayout& layout, float* base);
+ParamLayout make_param_layout(const ModelConfig& config, const MethodConfig& method);
 
-struct ModelParameters {
+// The tensors of one block (pointers into ParamLayout::tensors).
+struct LayerTensors {
+    const ParamTensor* attn_norm;    // (C)
+    const ParamTensor* wq;           // (C, C)
+    const ParamTensor* wk;           // (KV, C)
+    const ParamTensor* wv;           // (KV, C)
+    const ParamTensor* attn_subnorm; // (C), null without SubLN
+    const ParamTensor* wo;           // (C, C)
+    const ParamTensor* ffn_norm;     // (C)
+    const ParamTensor* w_gate;       // (F, C)
+    const ParamTensor* w_up;         // (F, C)
+    const ParamTensor* ffn_subnorm;  // (F), null without SubLN
+    const ParamTensor* w_down;       // (C, F)
+};
+
+struct ModelTensors {
+    const ParamTensor* token_embd;   // (V, C)
+    std::vector<LayerTensors> layers;
+    const ParamTensor* output_norm;  // (C)
+    const ParamTensor* output;       // (V, C) lm_head
+};
+
+class ModelParameters {
+public:
     ModelConfig config;
+    MethodConfig method;
     ParamLayout layout;
-    Array<float> values;     // (total) category weights
-    Array<float> gradients;  // (total) category gradients
-    ModelTensors weights;    // views into values
-    ModelTensors grads;      // views into gradients
+    Array<float> values;     // (layout.value_total) f32-stored tensors, category weights
+    Array<uint8_t> codes;    // (layout.code_total) integer codes, category weights
+    Array<float> scales;     // (tensors) code scale per tensor (0 for f32 ones), category weights
+    Array<float> gradients;  // (layout.total) category gradients
+    ModelTensors tensors;
 
-    explicit ModelParameters(const ModelConfig& config);
-    // N(0, init_std) for matrices, 1 for norm gains; keyed on (seed, tensor id, element).
+    explicit ModelParameters(const ModelConfig& config, const MethodConfig& method = MethodConfig{});
+    ModelParameters(const ModelParameters&) = delete;
+    ModelParameters& operator=(const ModelParameters&) = delete;
+
+    float* value(const ParamTensor& tensor) const { return values.data() + tensor.value_offset; }
+    uint8_t* code(const ParamTensor& tensor) const { return codes.data() + tensor.code_offset; }
+    float& scale(const ParamTensor& tensor) const { return scales[static_cast<size_t>(tensor.tensor_id)]; }
+    float* grad(const ParamTensor& tensor) const { return gradients.data() + tensor.offset; }
+
+    // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
+    // tensors are snapped once onto their grid with the absmean scale (SPEC.md section 2).
     void initialize(uint64_t seed);
     void zero_gradients();
+    // out (count) = the tensor's stored value as real numbers: its fp32 values, or q / scale.
+    void read_dense(const ParamTensor& tensor, float* out) const;
 };
 
 }  // namespace dqt

@@ -1,10 +1,9 @@
 #pragma once
-// AdamW with decoupled weight decay (Loshchilov & Hutter), fp32 state, applied to the flat
-// parameter array of a model. Decay applies only to tensors marked is_matrix.
+// AdamW with decoupled weight decay (Loshchilov & Hutter) on fp32 weights: the fp method's
+// weights, bitnet's latent weights, and the fp32 tensors (norms, unquantized embedding and
+// head) of a dqt model. PyTorch's order: decay, then the Adam step.
+#include <cstddef>
 #include <cstdint>
-
-#include "core/memory.h"
-#include "model/parameters.h"
 
 namespace dqt {
 
@@ -15,24 +14,20 @@ struct AdamWConfig {
     float weight_decay = 0.1f;
 };
 
-struct AdamWState {
-    Array<float> m;  // (total) first moment, category optimizer
-    Array<float> v;  // (total) second moment, category optimizer
-    explicit AdamWState(size_t count)
-        : m(MemCategory::optimizer, count), v(MemCategory::optimizer, count) {}
+// Bias corrections of step t (1-based): 1 - beta1^t and 1 - beta2^t.
+struct AdamBias {
+    float bias1, bias2;
+    AdamBias(const AdamWConfig& config, int64_t t);
 };
 
-// One update with learning rate lr at 1-based step t (for bias correction):
-// w -= lr * wd * w (matrices only); m, v updated; w -= lr * m_hat / (sqrt(v_hat) + eps).
-void adamw_step(ModelParameters& model, AdamWState& state, const AdamWConfig& config, float lr, int64_t t);
+// One update of count weights w with gradients g and moments m, v (float* or uint16_t* bf16):
+// w -= lr * wd * w (if decay); m, v updated; w -= lr * m_hat / (sqrt(v_hat) + eps).
+template <typename Moment>
+void adamw_update(float* w, const float* g, Moment* m, Moment* v, size_t count, bool decay,
+                  const AdamWConfig& config, float lr, int64_t t);
 
-// Scalar float64 reference of the same update on one array (tests compare against it).
+// Scalar float64 reference of the same update (tests compare against it).
 void adamw_reference(double* w, double* m, double* v, const double* g, size_t count, bool decay,
                      const AdamWConfig& config, double lr, int64_t t);
-
-// L2 norm of all gradients, summed in a fixed order (same bits for any thread count).
-double gradient_global_norm(const ModelParameters& model);
-// Multiplies every gradient by factor.
-void scale_gradients(ModelParameters& model, float factor);
 
 }  // namespace dqt

@@ -16,11 +16,35 @@ std::vector<int64_t> shape_of(const ParamTensor& tensor) {
     return {tensor.rows, tensor.cols};
 }
 
-void read_tensors(const CheckpointReader& reader, const std::string& prefix, const ParamLayout& layout, float* base) {
-    for (const ParamTensor& tensor : layout.tensors) {
-        reader.read(prefix + tensor.name, "f32", shape_of(tensor), base + tensor.offset, tensor.count() * sizeof(float));
+// The stored form of every parameter: "param.NAME" (f32) or "codes.NAME" (u8, packed as in
+// quant/codes.h) with "scale.NAME" (f32, one value).
+void add_parameters(std::vector<TensorView>& out, const ModelParameters& model) {
+    for (const ParamTensor& tensor : model.layout.tensors) {
+        if (tensor.storage == TensorStorage::codes) {
+            const size_t bytes = code_bytes(model.method.grid, tensor.count());
+            out.push_back({"codes." + tensor.name, "u8", {static_cast<int64_t>(bytes)}, model.code(tensor), bytes});
+            out.push_back({"scale." + tensor.name, "f32", {1}, &model.scale(tensor), sizeof(float)});
+        } else {
+            out.push_back({"param." + tensor.name, "f32", shape_of(tensor), model.value(tensor),
+                           tensor.count() * sizeof(float)});
+        }
     }
 }
+
+void read_parameters(const CheckpointReader& reader, ModelParameters& model) {
+    for (const ParamTensor& tensor : model.layout.tensors) {
+        if (tensor.storage == TensorStorage::codes) {
+            const size_t bytes = code_bytes(model.method.grid, tensor.count());
+            reader.read("codes." + tensor.name, "u8", {static_cast<int64_t>(bytes)}, model.code(tensor), bytes);
+            reader.read("scale." + tensor.name, "f32", {1}, &model.scale(tensor), sizeof(float));
+        } else {
+            reader.read("param." + tensor.name, "f32", shape_of(tensor), model.value(tensor),
+                        tensor.count() * sizeof(float));
+        }
+    }
+}
+
+const char* moment_dtype(const OptimizerState& state) { return state.dtype() == StateDtype::fp32 ? "f32" : "bf16"; }
 
 void check_kind(const CheckpointReader& reader, const std::string& path) {
     require(reader.meta().value("kind", "") == kCheckpointKind,
@@ -30,7 +54,7 @@ void check_kind(const CheckpointReader& reader, const std::string& path) {
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, const TrainOptions& options, int step,
-                              const ModelParameters& model, const AdamWState& state, const Tokenizer& tokenizer) {
+                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
     nlohmann::json meta;
     meta["kind"] = kCheckpointKind;
     meta["step"] = step;
@@ -39,11 +63,13 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
     const std::string tokenizer_blob = tokenizer.serialize();
 
     std::vector<TensorView> tensors;
+    add_parameters(tensors, model);
     for (const ParamTensor& tensor : model.layout.tensors) {
-        const size_t bytes = tensor.count() * sizeof(float);
-        tensors.push_back({"param." + tensor.name, "f32", shape_of(tensor), model.values.data() + tensor.offset, bytes});
-        tensors.push_back({"adam.m." + tensor.name, "f32", shape_of(tensor), state.m.data() + tensor.offset, bytes});
-        tensors.push_back({"adam.v." + tensor.name, "f32", shape_of(tensor), state.v.data() + tensor.offset, bytes});
+        const size_t bytes = tensor.count() * state.element_bytes();
+        tensors.push_back({"adam.m." + tensor.name, moment_dtype(state), shape_of(tensor),
+                           state.m_bytes(tensor.offset), bytes});
+        tensors.push_back({"adam.v." + tensor.name, moment_dtype(state), shape_of(tensor),
+                           state.v_bytes(tensor.offset), bytes});
     }
     tensors.push_back({"tokenizer", "u8", {static_cast<int64_t>(tokenizer_blob.size())}, tokenizer_blob.data(),
                        tokenizer_blob.size()});
@@ -62,9 +88,10 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     LoadedModel loaded;
     loaded.options = reader.meta().at("options").get<TrainOptions>();
     loaded.options.model.validate();
+    loaded.options.method.validate();
     loaded.step = reader.meta().value("step", 0);
-    loaded.model = std::make_unique<ModelParameters>(loaded.options.model);
-    read_tensors(reader, "param.", loaded.model->layout, loaded.model->values.data());
+    loaded.model = std::make_unique<ModelParameters>(loaded.options.model, loaded.options.method);
+    read_parameters(reader, *loaded.model);
     const std::vector<int64_t> blob_shape = reader.shape("tokenizer");
     std::string blob(static_cast<size_t>(blob_shape.at(0)), '\0');
     reader.read("tokenizer", "u8", blob_shape, blob.data(), blob.size());
@@ -74,12 +101,15 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     return loaded;
 }
 
-int load_training_state(const std::string& path, ModelParameters& model, AdamWState& state) {
+int load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {
     CheckpointReader reader(path);
     check_kind(reader, path);
-    read_tensors(reader, "param.", model.layout, model.values.data());
-    read_tensors(reader, "adam.m.", model.layout, state.m.data());
-    read_tensors(reader, "adam.v.", model.layout, state.v.data());
+    read_parameters(reader, model);
+    for (const ParamTensor& tensor : model.layout.tensors) {
+        const size_t bytes = tensor.count() * state.element_bytes();
+        reader.read("adam.m." + tensor.name, moment_dtype(state), shape_of(tensor), state.m_bytes(tensor.offset), bytes);
+        reader.read("adam.v." + tensor.name, moment_dtype(state), shape_of(tensor), state.v_bytes(tensor.offset), bytes);
+    }
     return reader.meta().value("step", 0);
 }
 

@@ -6,14 +6,14 @@
 
 #include "data/tokenizer.h"
 #include "model/parameters.h"
-#include "optim/adamw.h"
+#include "optim/optimizer_state.h"
 #include "train/options.h"
 
 namespace dqt {
 
 // Written atomically (temp file, fsync, rename).
 void save_training_checkpoint(const std::string& path, const TrainOptions& options, int step,
-                              const ModelParameters& model, const AdamWState& state, const Tokenizer& tokenizer);
+                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer);
 
 struct LoadedModel {
     std::unique_ptr<ModelParameters> model;
@@ -26,7 +26,7 @@ struct LoadedModel {
 LoadedModel load_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
 // config (resume); returns the step the checkpoint was written after.
-int load_training_state(const std::string& path, ModelParameters& model, AdamWState& state);
+int load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);
 // Options stored in a checkpoint.
 TrainOptions read_checkpoint_options(const std::string& path);
 

@@ -8,6 +8,7 @@ namespace dqt {
 
 void TrainOptions::validate() const {
     model.validate();
+    method.validate();
     require(steps > 0, "--steps must be positive, got " + std::to_string(steps));
     require(batch > 0, "--batch must be positive, got " + std::to_string(batch));
     require(grad_accum > 0, "--grad-accum must be positive, got " + std::to_string(grad_accum));
@@ -29,6 +30,8 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
     j = nlohmann::json{{"data_dir", o.data_dir},
                        {"out_dir", o.out_dir},
                        {"model", o.model},
+                       {"method", o.method},
+                       {"optim_state", state_dtype_bits(o.optim_state)},
                        {"steps", o.steps},
                        {"batch", o.batch},
                        {"grad_accum", o.grad_accum},
@@ -52,6 +55,8 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.data_dir = j.at("data_dir").get<std::string>();
         o.out_dir = j.at("out_dir").get<std::string>();
         o.model = j.at("model").get<ModelConfig>();
+        o.method = j.at("method").get<MethodConfig>();
+        o.optim_state = parse_state_dtype(j.at("optim_state").get<std::string>());
         o.steps = j.at("steps").get<int>();
         o.batch = j.at("batch").get<int>();
         o.grad_accum = j.at("grad_accum").get<int>();

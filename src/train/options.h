@@ -7,7 +7,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/config.h"
+#include "model/method.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_state.h"
 
 namespace dqt {
 
@@ -15,6 +17,7 @@ struct TrainOptions {
     std::string data_dir = "data/sotu-byte";  // prepared by `dqt data`
     std::string out_dir = "runs/default";     // checkpoint.dqt, metrics.jsonl, config.json
     ModelConfig model;
+    MethodConfig method;       // fp, bitnet or dqt, and how they quantize
     int steps = 600;
     int batch = 8;            // sequences per micro-batch
     int grad_accum = 1;       // micro-batches per optimizer step
@@ -22,6 +25,7 @@ struct TrainOptions {
     float min_lr_ratio = 0.1f;
     int warmup_steps = 30;
     AdamWConfig adam;
+    StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32 or bf16
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
     int eval_every = 100;     // steps; 0 = only at the end
     int64_t eval_tokens = 131072;

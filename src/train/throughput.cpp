@@ -4,15 +4,17 @@
 
 #include "core/rng.h"
 #include "model/llama.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace dqt {
 
-ThroughputResult measure_training_throughput(const ModelConfig& config, int batch, int steps, int warmup) {
+ThroughputResult measure_training_throughput(const ModelConfig& config, const MethodConfig& method,
+                                             StateDtype optim_state, int batch, int steps, int warmup) {
     config.validate();
-    ModelParameters model(config);
+    method.validate();
+    ModelParameters model(config, method);
     model.initialize(1);
-    AdamWState adam(model.layout.total);
+    OptimizerState adam(model.layout.total, optim_state);
     Activations acts(config, batch, config.seq_len);
     const size_t tokens = static_cast<size_t>(batch) * config.seq_len;
     for (size_t i = 0; i < tokens; ++i) {
@@ -26,7 +28,7 @@ ThroughputResult measure_training_throughput(const ModelConfig& config, int batc
         model_backward(model, acts, 1.0f / static_cast<float>(tokens));
         const double norm = gradient_global_norm(model);
         if (norm > 1.0) scale_gradients(model, static_cast<float>(1.0 / norm));
-        adamw_step(model, adam, adam_config, 1e-4f, step + 1);
+        optimizer_step(model, adam, adam_config, 1e-4f, step + 1, 1);
     };
     for (int step = 0; step < warmup; ++step) one_step(step);
     const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,8 @@
 #pragma once
 // Training-step throughput on random tokens (no dataset needed): the `dqt bench train` core.
 #include "model/config.h"
+#include "model/method.h"
+#include "optim/optimizer_state.h"
 
 namespace dqt {
 
@@ -11,7 +13,9 @@ struct ThroughputResult {
     int steps = 0;
 };
 
-// Times `steps` full optimizer steps (forward, backward, clip norm, AdamW) after `warmup` untimed ones.
-ThroughputResult measure_training_throughput(const ModelConfig& config, int batch, int steps, int warmup);
+// Times `steps` full optimizer steps (forward, backward, clip norm, update) of the given
+// method after `warmup` untimed ones.
+ThroughputResult measure_training_throughput(const ModelConfig& config, const MethodConfig& method,
+                                             StateDtype optim_state, int batch, int steps, int warmup);
 
 }  // namespace dqt

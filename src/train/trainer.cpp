@@ -14,7 +14,7 @@
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/evaluate.h"
 #include "train/memory_report.h"
@@ -75,8 +75,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     std::filesystem::create_directories(options.out_dir, ignored);
     require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
 
-    ModelParameters model(options.model);
-    AdamWState adam(model.layout.total);
+    ModelParameters model(options.model, options.method);
+    OptimizerState adam(model.layout.total, options.optim_state);
     int start_step = 0;
     if (control.resume) {
         start_step = load_training_state(checkpoint_path, model, adam);
@@ -98,8 +98,9 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         if (out) progress.message(line);
     };
     if (start_step == 0) {
-        say("training " + std::to_string(parameters) + " parameters, " + std::to_string(options.tokens_per_step()) +
-            " tokens/step, " + std::to_string(options.steps) + " steps -> " + options.out_dir);
+        say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
+            std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
+            " steps -> " + options.out_dir);
     } else {
         say("resuming " + options.out_dir + " at step " + std::to_string(start_step) + "/" +
             std::to_string(options.steps));
@@ -141,7 +142,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
             scale_gradients(model, static_cast<float>(options.grad_clip / grad_norm));
         }
         const float lr = schedule.at(step);
-        adamw_step(model, adam, options.adam, lr, step + 1);
+        optimizer_step(model, adam, options.adam, lr, step + 1, options.seed);
         ++step;
         tokens_this_session += options.tokens_per_step();
 

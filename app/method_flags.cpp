@@ -1,0 +1,37 @@
+#include "commands.h"
+#include "core/error.h"
+
+namespace dqt::cli {
+
+void add_method_flags(CLI::App& command, MethodFlags& f) {
+    command.add_option("--method", f.method, "training method: fp, bitnet (ternary STE) or dqt (integer weights)")
+        ->capture_default_str();
+    command.add_option("--bits", f.bits, "dqt weight codes: 1.58 (ternary) or 2..8")->capture_default_str();
+    command.add_option("--rounding", f.rounding, "dqt update rounding: stochastic, or nearest (ablation)")
+        ->capture_default_str();
+    command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
+    command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
+    command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
+    command.add_option("--optim-state", f.optim_state, "Adam moments: 32 (fp32) or 16 (bf16) bits")
+        ->capture_default_str();
+}
+
+MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f) {
+    MethodConfig config;
+    config.method = parse_method(f.method);
+    if (config.method != Method::dqt) {
+        require(command.count("--bits") == 0, "--bits applies to --method dqt only");
+        require(command.count("--rounding") == 0, "--rounding applies to --method dqt only");
+    }
+    config.grid = parse_code_grid(f.bits);
+    config.rounding = parse_rounding(f.rounding);
+    config.quantize_embedding = f.quantize_embedding;
+    config.quantize_head = f.quantize_head;
+    config.compute = parse_compute_dtype(f.compute_dtype);
+    config.validate();
+    return config;
+}
+
+StateDtype resolve_optim_state(const MethodFlags& f) { return parse_state_dtype(f.optim_state); }
+
+}  // namespace dqt::cli

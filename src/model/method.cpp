@@ -1,0 +1,86 @@
+#include "model/method.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dqt {
+
+void MethodConfig::validate() const {
+    if (method == Method::fp) {
+        require(!quantize_embedding && !quantize_head,
+                "--quantize-embedding and --quantize-head need --method bitnet or dqt (fp has nothing to quantize)");
+    }
+    if (method == Method::bitnet) {
+        require(!quantize_embedding,
+                "--quantize-embedding needs --method dqt (BitNet keeps the embedding lookup in full precision)");
+    }
+    if (method != Method::dqt) {
+        require(rounding == Rounding::stochastic, "--rounding applies to --method dqt only");
+    }
+}
+
+std::string MethodConfig::label() const {
+    switch (method) {
+        case Method::fp: return "fp";
+        case Method::bitnet: return "bitnet";
+        case Method::dqt: return "dqt-" + grid.label() + (rounding == Rounding::nearest ? "-nearest" : "");
+    }
+    return "?";
+}
+
+const char* method_name(Method method) {
+    switch (method) {
+        case Method::fp: return "fp";
+        case Method::bitnet: return "bitnet";
+        case Method::dqt: return "dqt";
+    }
+    return "?";
+}
+
+Method parse_method(const std::string& name) {
+    if (name == "fp") return Method::fp;
+    if (name == "bitnet") return Method::bitnet;
+    if (name == "dqt") return Method::dqt;
+    throw Error("unknown method '" + name + "': use fp, bitnet or dqt");
+}
+
+ComputeDtype parse_compute_dtype(const std::string& name) {
+    if (name == "fp32") return ComputeDtype::fp32;
+    if (name == "bf16") return ComputeDtype::bf16;
+    throw Error("unknown compute dtype '" + name + "': use fp32 or bf16");
+}
+
+const char* compute_dtype_name(ComputeDtype dtype) { return dtype == ComputeDtype::bf16 ? "bf16" : "fp32"; }
+
+Rounding parse_rounding(const std::string& name) {
+    if (name == "stochastic") return Rounding::stochastic;
+    if (name == "nearest") return Rounding::nearest;
+    throw Error("unknown rounding '" + name + "': use stochastic or nearest");
+}
+
+const char* rounding_name(Rounding rounding) { return rounding == Rounding::nearest ? "nearest" : "stochastic"; }
+
+void to_json(nlohmann::json& j, const MethodConfig& c) {
+    j = nlohmann::json{{"method", method_name(c.method)},
+                       {"bits", c.grid.label()},
+                       {"rounding", rounding_name(c.rounding)},
+                       {"quantize_embedding", c.quantize_embedding},
+                       {"quantize_head", c.quantize_head},
+                       {"compute_dtype", compute_dtype_name(c.compute)}};
+}
+
+void from_json(const nlohmann::json& j, MethodConfig& c) {
+    try {
+        c.method = parse_method(j.at("method").get<std::string>());
+        c.grid = parse_code_grid(j.at("bits").get<std::string>());
+        c.rounding = parse_rounding(j.at("rounding").get<std::string>());
+        c.quantize_embedding = j.at("quantize_embedding").get<bool>();
+        c.quantize_head = j.at("quantize_head").get<bool>();
+        c.compute = parse_compute_dtype(j.at("compute_dtype").get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("method settings are incomplete or malformed (") + e.what() + ")");
+    }
+}
+
+}  // namespace dqt

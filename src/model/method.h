@@ -1,0 +1,47 @@
+#pragma once
+// The training method (SPEC.md section 2): how each weight is stored, how the forward pass
+// reads it, and (with optim/) how the optimizer writes it back.
+//   fp      fp32 weights.
+//   bitnet  fp32 latent weights; the forward reads their absmean ternary projection and
+//           quantizes the activations entering the linear to 8 bits (straight-through).
+//   dqt     integer codes plus one fp32 scale per tensor, nothing else; the forward reads
+//           q / scale and quantizes activations like bitnet; the update rounds stochastically.
+// Block linears (q, k, v, o, gate, up, down) always follow the method; the embedding and the
+// lm_head only when asked (default: kept fp32, as BitNet keeps the head).
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "quant/codes.h"
+#include "quant/rounding.h"
+
+namespace dqt {
+
+enum class Method { fp, bitnet, dqt };
+enum class ComputeDtype { fp32, bf16 };
+
+struct MethodConfig {
+    Method method = Method::fp;
+    CodeGrid grid{1};                          // dqt: code format ("bits"), ternary by default
+    Rounding rounding = Rounding::stochastic;  // dqt: how updates return to the grid
+    bool quantize_embedding = false;
+    bool quantize_head = false;
+    ComputeDtype compute = ComputeDtype::fp32;  // bf16: GEMM operands rounded to bf16
+
+    // Throws dqt::Error naming an impossible combination.
+    void validate() const;
+    // "fp", "bitnet", "dqt-1.58", "dqt-8", with "-nearest" for the rounding ablation.
+    std::string label() const;
+};
+
+const char* method_name(Method method);
+Method parse_method(const std::string& name);
+ComputeDtype parse_compute_dtype(const std::string& name);
+const char* compute_dtype_name(ComputeDtype dtype);
+Rounding parse_rounding(const std::string& name);
+const char* rounding_name(Rounding rounding);
+
+void to_json(nlohmann::json& j, const MethodConfig& config);
+void from_json(const nlohmann::json& j, MethodConfig& config);
+
+}  // namespace dqt

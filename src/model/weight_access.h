@@ -1,0 +1,44 @@
+#pragma once
+// How the forward and backward passes read a weight under each training method, and the
+// linear and embedding ops on top of that. The only place that knows how weights are stored.
+#include "core/memory.h"
+#include "model/parameters.h"
+
+namespace dqt {
+
+// A weight as the passes read it, dense fp32 (rows, cols), valid while this object lives:
+//   fp32 stored and read as is: the stored values themselves, no copy;
+//   bitnet: the absmean ternary projection of the latent weights, in scratch;
+//   dqt:    codes / scale, in scratch;
+// and with bf16 compute, rounded to bf16 (in scratch). Scratch is freed with the object, so
+// no fp32 copy of a coded weight outlives the op that needed it.
+class DenseWeight {
+public:
+    DenseWeight(const ModelParameters& model, const ParamTensor& tensor);
+    const float* data() const { return data_; }
+
+private:
+    Array<float> scratch_;  // (rows, cols) category scratch, when a copy is needed
+    const float* data_ = nullptr;
+};
+
+// Prepares, in place, the input rows (rows, weight.cols) of a linear: 8-bit absmax per token
+// when the weight is quantized (straight-through: the backward treats this as identity),
+// then bf16 rounding under bf16 compute. Call once per input, before the linears reading it.
+void prepare_linear_input(const ModelParameters& model, const ParamTensor& weight, float* in, int rows);
+
+// out (rows, weight.rows) = in (rows, weight.cols) · W^T.
+void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
+                           int rows);
+
+// din (rows, weight.cols) += dout · W (skipped if din is null); the weight's gradient
+// += dout^T · in. Straight-through for bitnet: the gradient of the ternary projection goes to
+// the latent weights unchanged.
+void weight_linear_backward(ModelParameters& model, const ParamTensor& weight, float* din, const float* dout,
+                            const float* in, int rows);
+
+// out (count, C) = rows tokens[i] of the embedding, read as stored (codes dequantized row by row).
+void weight_embedding_forward(const ModelParameters& model, const ParamTensor& embedding, float* out,
+                              const int32_t* tokens, int count);
+
+}  // namespace dqt

@@ -1,0 +1,138 @@
+#include "optim/dqt_update.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/vecmath.h"
+#include "optim/optimizer_state.h"
+
+namespace dqt {
+
+namespace {
+
+// Everything one element's update needs besides its own code, gradient and moments.
+struct UpdateConstants {
+    CodeGrid grid;
+    float old_scale, new_scale;
+    float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
+    float keep;       // 1 - lr * wd
+    float b1, b2, eps;
+    bool stochastic;
+    uint64_t seed;
+    int64_t t;
+    int tensor_id;
+};
+
+// Elements [first, last) (first a multiple of 4) in blocks: codes decoded into a small array,
+// the arithmetic in a loop that vectorises, codes written back. A block holds whole packed
+// bytes, so no two threads touch the same byte; each element depends only on its own inputs.
+template <typename Moment>
+inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, size_t first,
+                         size_t last) {
+    constexpr size_t kBlock = 256;
+    const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
+    const float inv_old_scale = 1.0f / k.old_scale;
+    float q[kBlock];  // codes as floats, then the new codes
+    float u[kBlock];  // rounding uniforms
+    for (size_t begin = first; begin < last; begin += kBlock) {
+        const size_t n = std::min(kBlock, last - begin);
+        for (size_t i = 0; i < n; ++i) q[i] = static_cast<float>(read_code(codes, k.grid, begin + i));
+        if (k.stochastic) {
+            for (size_t i = 0; i < n; i += 4) {
+                const std::array<float, 4> draw = rounding_uniforms(k.seed, k.t, k.tensor_id, (begin + i) / 4);
+                for (size_t j = 0; j < 4; ++j) u[i + j] = draw[j];
+            }
+        }
+        const float* g_block = g + begin;
+        Moment* m_block = m + begin;
+        Moment* v_block = v + begin;
+        for (size_t i = 0; i < n; ++i) {
+            const float m_i = k.b1 * load_moment(m_block, i) + (1.0f - k.b1) * g_block[i];
+            const float v_i = k.b2 * load_moment(v_block, i) + (1.0f - k.b2) * g_block[i] * g_block[i];
+            store_moment(m_block, i, m_i);
+            store_moment(v_block, i, v_i);
+            const float stepped = q[i] * inv_old_scale - k.step_size * m_i / (std::sqrt(v_i) + k.eps);
+            const float x = std::min(std::max(stepped * k.keep * k.new_scale, qn), qp);
+            q[i] = k.stochastic ? stochastic_round(x, u[i]) : nearest_round(x);
+        }
+        for (size_t i = 0; i < n; ++i) write_code(codes, k.grid, begin + i, static_cast<int>(q[i]));
+    }
+}
+
+// Cloned for AVX-512 / AVX2, where floor, nearbyint and sqrt are single instructions.
+DQT_TARGET_CLONES void update_range_f32(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v,
+                                        size_t first, size_t last) {
+    update_range(k, codes, g, m, v, first, last);
+}
+DQT_TARGET_CLONES void update_range_bf16(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m,
+                                         uint16_t* v, size_t first, size_t last) {
+    update_range(k, codes, g, m, v, first, last);
+}
+void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v, size_t first,
+                      size_t last) {
+    update_range_f32(k, codes, g, m, v, first, last);
+}
+void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m, uint16_t* v,
+                      size_t first, size_t last) {
+    update_range_bf16(k, codes, g, m, v, first, last);
+}
+
+}  // namespace
+
+template <typename Moment>
+void dqt_update(const CodedTensor& tensor, const float* g, Moment* m, Moment* v, const AdamWConfig& config, float lr,
+                int64_t t, const DqtRounding& rounding) {
+    const CodeGrid grid = tensor.grid;
+    const float old_scale = *tensor.scale;
+    const int top = max_code(tensor.codes, tensor.count, grid);
+    const AdamBias bias(config, t);
+    UpdateConstants k;
+    k.grid = grid;
+    k.old_scale = old_scale;
+    k.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
+    k.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
+    k.keep = 1.0f - lr * config.weight_decay;
+    k.b1 = config.beta1;
+    k.b2 = config.beta2;
+    k.eps = config.eps;
+    k.stochastic = rounding.mode == Rounding::stochastic;
+    k.seed = rounding.seed;
+    k.t = t;
+    k.tensor_id = tensor.tensor_id;
+
+    constexpr size_t kChunk = 4096;  // elements per unit of parallel work, a multiple of 4
+    const size_t chunks = (tensor.count + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+        update_range_any(k, tensor.codes, g, m, v, chunk * kChunk, std::min(tensor.count, (chunk + 1) * kChunk));
+    }
+    *tensor.scale = k.new_scale;
+}
+
+template void dqt_update<float>(const CodedTensor&, const float*, float*, float*, const AdamWConfig&, float, int64_t,
+                                const DqtRounding&);
+template void dqt_update<uint16_t>(const CodedTensor&, const float*, uint16_t*, uint16_t*, const AdamWConfig&, float,
+                                   int64_t, const DqtRounding&);
+
+double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
+                            size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
+                            Rounding mode) {
+    int top = grid.qn() - 1;
+    for (size_t i = 0; i < count; ++i) top = std::max(top, q[i]);
+    const double new_scale = top > 0 ? grid.qp() / (top / scale) : scale;  // qp / max(W_prev)
+    const double bias1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(t));
+    const double bias2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(t));
+    for (size_t i = 0; i < count; ++i) {
+        const double w = q[i] / scale;
+        m[i] = config.beta1 * m[i] + (1.0 - config.beta1) * g[i];
+        v[i] = config.beta2 * v[i] + (1.0 - config.beta2) * g[i] * g[i];
+        const double w1 = w - lr * std::sqrt(bias2) / bias1 * m[i] / (std::sqrt(v[i]) + config.eps);
+        const double w2 = w1 - lr * config.weight_decay * w1;
+        const double x = std::clamp(w2 * new_scale, static_cast<double>(grid.qn()), static_cast<double>(grid.qp()));
+        const double lower = std::floor(x);
+        q[i] = static_cast<int>(mode == Rounding::stochastic ? lower + (u[i] < x - lower ? 1.0 : 0.0) : std::nearbyint(x));
+    }
+    return new_scale;
+}
+
+}  // namespace dqt

@@ -1,0 +1,44 @@
+#pragma once
+// The DQT update (SPEC.md section 2) of one integer-coded tensor, W = q / scale, with no fp32
+// copy of W at any time: element by element, W is read from its code, moved by Adam and
+// decoupled decay, and rounded back onto the grid.
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   W'  = W - lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
+//   W'' = W' - lr * wd * W'
+//   q   = round(clip(W'' * s, qn, qp)), stochastic (u from rounding_uniforms) or nearest,
+// with s = qp / max(W) of the pre-update tensor (the reference code's rule: it stays at its
+// initial value while some code sits at qp).
+#include <cstddef>
+#include <cstdint>
+
+#include "optim/adamw.h"
+#include "quant/codes.h"
+#include "quant/rounding.h"
+
+namespace dqt {
+
+struct CodedTensor {
+    uint8_t* codes;  // code_bytes(grid, count)
+    float* scale;    // updated in place
+    size_t count;
+    CodeGrid grid;
+    int tensor_id;   // keys the rounding noise
+};
+
+struct DqtRounding {
+    Rounding mode = Rounding::stochastic;
+    uint64_t seed = 0;
+};
+
+// Moment is float (fp32 state) or uint16_t (bf16 state); t is the 1-based step.
+template <typename Moment>
+void dqt_update(const CodedTensor& tensor, const float* g, Moment* m, Moment* v, const AdamWConfig& config, float lr,
+                int64_t t, const DqtRounding& rounding);
+
+// Float64 reference of the same update: q holds codes as integers; u[i] is element i's
+// uniform (ignored for nearest). Returns the new scale.
+double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
+                            size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
+                            Rounding mode);
+
+}  // namespace dqt

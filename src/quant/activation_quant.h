@@ -1,0 +1,12 @@
+#pragma once
+// 8-bit absmax quantization of the activations entering a quantized linear (BitNet b1.58;
+// DQT uses the same): per token (row), s = 127 / max(max_j |x_j|, 1e-5),
+// x <- clip(round(x * s), -128, 127) / s. In place: the quantized rows are what the linear
+// multiplies and what its weight gradient needs. The backward is straight-through
+// (dL/dx = dL/dxq), so it needs no code of its own.
+
+namespace dqt {
+
+void absmax_quantize_rows(float* x, int rows, int cols);  // x (rows, cols)
+
+}  // namespace dqt

@@ -1,0 +1,17 @@
+#pragma once
+// BitNet b1.58's weight quantizer: gamma = mean|W| over the tensor,
+// Wq = clip(round(W / (gamma + eps)), -1, 1) * gamma, eps = 1e-5.
+
+#include <cstddef>
+
+namespace dqt {
+
+inline constexpr float kTernaryEps = 1e-5f;
+
+// mean |w| summed in double over fixed chunks: the same bits for any thread count.
+double mean_abs(const float* w, size_t count);
+
+// out = Wq of w (both (count)); returns gamma.
+float absmean_ternarize(float* out, const float* w, size_t count);
+
+}  // namespace dqt
