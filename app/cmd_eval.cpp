@@ -7,12 +7,21 @@
 #include "core/parallel.h"
 #include "data/dataset.h"
 #include "model/llama.h"
+#include "model/ternary_convert.h"
 #include "train/evaluate.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
 namespace {
+
+std::string loss_text(const EvalResult& result) {
+    char text[160];
+    std::snprintf(text, sizeof text, "val loss %.4f nats/token, %.4f bits/byte over %lld tokens", result.loss,
+                  result.bits_per_byte, static_cast<long long>(result.tokens));
+    return text;
+}
+
 struct EvalArgs {
     std::string checkpoint;
     std::string data;  // default: the run's dataset
@@ -20,6 +29,7 @@ struct EvalArgs {
     int batch = 8;
     int threads = 0;
     bool json = false;
+    bool ternary = false;
 };
 }  // namespace
 
@@ -32,6 +42,8 @@ void add_eval_command(CLI::App& app) {
     command->add_option("--eval-tokens", args->tokens, "validation tokens to score")->capture_default_str();
     command->add_option("--batch", args->batch, "windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
     add_threads_flag(*command, args->threads);
+    command->add_flag("--ternary", args->ternary,
+                      "also score the model with its quantized weights re-snapped to ternary (absmean)");
     command->add_flag("--json", args->json, "print one JSON object instead of text");
     command->callback([args] {
         set_num_threads(args->threads);
@@ -43,16 +55,25 @@ void add_eval_command(CLI::App& app) {
                 "dataset " + data_dir + " uses a different tokenizer than the checkpoint");
         Activations acts(loaded.model->config, args->batch, loaded.model->config.seq_len);
         const EvalResult result = evaluate(*loaded.model, acts, data.val, args->tokens);
+        nlohmann::json record = {{"checkpoint", args->checkpoint},
+                                 {"step", loaded.step},
+                                 {"method", loaded.model->method.label()},
+                                 {"val_loss", result.loss},
+                                 {"val_bits_per_byte", result.bits_per_byte},
+                                 {"val_tokens", result.tokens}};
+        std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
+                           loaded.model->method.label() + "): " + loss_text(result);
+        if (args->ternary) {
+            const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model);
+            const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
+            record["ternary_val_loss"] = ternary_result.loss;
+            record["ternary_val_bits_per_byte"] = ternary_result.bits_per_byte;
+            text += "\n  with ternary weights (absmean): " + loss_text(ternary_result);
+        }
         if (args->json) {
-            std::printf("%s\n", nlohmann::json{{"checkpoint", args->checkpoint}, {"step", loaded.step},
-                                               {"val_loss", result.loss}, {"val_bits_per_byte", result.bits_per_byte},
-                                               {"val_tokens", result.tokens}}
-                                    .dump()
-                                    .c_str());
+            std::printf("%s\n", record.dump().c_str());
         } else {
-            std::printf("%s (step %d): val loss %.4f nats/token, %.4f bits/byte over %lld tokens\n",
-                        args->checkpoint.c_str(), loaded.step, result.loss, result.bits_per_byte,
-                        static_cast<long long>(result.tokens));
+            std::printf("%s\n", text.c_str());
         }
     });
 }

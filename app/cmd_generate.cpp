@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "core/parallel.h"
+#include "model/ternary_convert.h"
 #include "train/generate.h"
 #include "train/model_checkpoint.h"
 
@@ -14,6 +15,7 @@ struct GenerateArgs {
     int tokens = 200;
     SamplingOptions sampling;
     int threads = 0;
+    bool ternary = false;
 };
 }  // namespace
 
@@ -33,13 +35,17 @@ void add_generate_command(CLI::App& app) {
         ->check(CLI::Range(0.0f, 1.0f))
         ->capture_default_str();
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
+    command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary (absmean)");
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        std::unique_ptr<ModelParameters> ternary;
+        if (args->ternary) ternary = convert_to_ternary(*loaded.model);
+        const ModelParameters& model = ternary ? *ternary : *loaded.model;
         std::fputs(args->prompt.c_str(), stdout);
         const GenerationResult result =
-            generate_text(*loaded.model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
+            generate_text(model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
                           [](const std::string& piece) {
                               std::fputs(piece.c_str(), stdout);
                               std::fflush(stdout);

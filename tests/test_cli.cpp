@@ -121,3 +121,31 @@ TEST(Cli, ResumeRejectsChangedSettings) {
     const CommandResult resumed = run_dqt("train --out " + out + " --resume --quiet --no-sample");
     EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
 }
+
+TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
+    TempDir root("cli-method");
+    const std::string out = root / "run";
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method int4"), "unknown method 'int4'");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --bits 9"), "--bits 9 is not supported");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --bits 4"), "--bits applies to --method dqt only");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --quantize-head"), "need --method bitnet or dqt");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --quantize-embedding"),
+                          "--quantize-embedding needs --method dqt");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --compute-dtype fp8"), "unknown compute dtype 'fp8'");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --optim-state 4"), "--optim-state 4 is not supported");
+    EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
+}
+
+// A dqt 8-bit run evaluates with its own weights and with ternary ones; an fp checkpoint has
+// nothing to convert.
+TEST(Cli, EvalTernaryReportsBothLosses) {
+    TempDir root("cli-ternary");
+    const std::string dqt_run = root / "dqt8", fp_run = root / "fp";
+    ASSERT_EQ(run_dqt(tiny_train_args(dqt_run) + " --method dqt --bits 8 --steps 3 --no-sample").exit_code, 0);
+    const CommandResult eval = run_dqt("eval " + dqt_run + "/checkpoint.dqt --ternary --eval-tokens 1024");
+    EXPECT_EQ(eval.exit_code, 0) << eval.output;
+    EXPECT_NE(eval.output.find("dqt-8"), std::string::npos) << eval.output;
+    EXPECT_NE(eval.output.find("with ternary weights"), std::string::npos) << eval.output;
+    ASSERT_EQ(run_dqt(tiny_train_args(fp_run) + " --steps 3 --no-sample").exit_code, 0);
+    expect_one_line_error(run_dqt("eval " + fp_run + "/checkpoint.dqt --ternary"), "needs a bitnet or dqt checkpoint");
+}

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "core/memory.h"
 #include "model/llama.h"
 #include "model/method.h"
+#include "model/ternary_convert.h"
 #include "model/weight_access.h"
 #include "optim/dqt_update.h"
 #include "optim/optimizer.h"
@@ -293,4 +296,41 @@ TEST(WeightAccess, DenseWeightIsWhatEachMethodDefines) {
         }
         for (size_t i = 0; i < tensor.count(); ++i) ASSERT_EQ(dense.data()[i], expected[i]) << method.label();
     }
+}
+
+// Ternary conversion: a bitnet model converts to codes that compute its own forward; a dqt
+// n-bit model's quantized weights become clip(round(W / (mean|W| + eps)), -1, 1) * mean|W|.
+TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
+    const ModelConfig config = small_config();
+    MethodConfig bitnet;
+    bitnet.method = Method::bitnet;
+    {
+        ModelParameters model(config, bitnet);
+        model.initialize(21);
+        const auto converted = convert_to_ternary(model);
+        EXPECT_EQ(converted->method.method, Method::dqt);
+        EXPECT_TRUE(converted->method.grid.ternary());
+        Activations a(config, 2, config.seq_len), b(config, 2, config.seq_len);
+        for (size_t i = 0; i < a.tokens.size(); ++i) a.tokens[i] = b.tokens[i] = static_cast<int32_t>(i * 7 % 13);
+        model_forward(model, a, false);
+        model_forward(*converted, b, false);
+        for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], b.logits[i], 1e-4f) << i;
+    }
+    {
+        ModelParameters model(config, dqt_method(8));
+        model.initialize(22);
+        const auto converted = convert_to_ternary(model);
+        const ParamTensor& tensor = *model.tensors.layers[0].w_down;
+        std::vector<float> w(tensor.count()), expected(tensor.count());
+        model.read_dense(tensor, w.data());
+        absmean_ternarize(expected.data(), w.data(), w.size());
+        const DenseWeight dense(*converted, *converted->tensors.layers[0].w_down);
+        for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(dense.data()[i], expected[i], 1e-6f * std::fabs(expected[i]));
+        // fp32 tensors (norms, embedding, head) are copied as they are.
+        const ParamTensor& head = *model.tensors.output;
+        EXPECT_EQ(0, std::memcmp(model.value(head), converted->value(*converted->tensors.output),
+                                 head.count() * sizeof(float)));
+    }
+    ModelParameters fp(config);
+    EXPECT_THROW(convert_to_ternary(fp), Error);
 }
