@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Reproduces the DQT paper's claims on the default corpus (issue: quantized training):
+# trains fp, bitnet, dqt ternary, dqt 4-bit, dqt 8-bit and dqt ternary with round-to-nearest
+# (plus the precision variants of claim 3: dqt ternary with bf16 compute and with bf16 Adam
+# state) with identical data order, seed, schedule and token budget; scores each final
+# checkpoint on the whole validation split, the dqt 8-bit one also with ternary weights; then
+# writes the results section of docs/results.md and docs/img/paper_loss_curves.png.
+#
+#   bash scripts/reproduce_paper.sh              the full experiment (about 90 minutes on 2 cores)
+#   STEPS=40 EVAL_TOKENS=65536 bash scripts/reproduce_paper.sh
+#                                                a quick smoke run (results go to runs/paper-smoke,
+#                                                docs/ untouched)
+# Runs that already finished (their eval.json exists) are skipped; an interrupted one resumes
+# from its last checkpoint. Uses /usr/bin/python3 with Debian's python3-matplotlib.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+steps="${STEPS:-2450}"  # 2450 steps x 8 x 256 tokens = 5.02 M training tokens per run
+if [ "$steps" = 2450 ]; then root=runs/paper; docs=1; else root=runs/paper-smoke; docs=0; fi
+final_eval_tokens="${EVAL_TOKENS:-2000000}"  # more than the validation split holds: all of it
+dqt="${DQT:-build/dqt}"  # another binary may be named, e.g. a copy that a rebuild cannot replace mid-run
+[ -x "$dqt" ] || { echo "reproduce_paper: $dqt missing: run scripts/setup.sh first" >&2; exit 1; }
+[ -d data/sotu ] || bash scripts/fetch_corpus.sh
+[ -d data/sotu-byte ] || "$dqt" data --corpus data/sotu --tokenizer byte --out data/sotu-byte
+
+# The same hyper-parameters for every method (the issue's PyTorch reference used these too).
+common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 8
+        --steps "$steps" --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
+        --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --eval-every 250 --eval-tokens 131072
+        --checkpoint-every 500 --no-sample)
+
+runs=(
+  "fp|--method fp"
+  "bitnet|--method bitnet"
+  "dqt-1.58|--method dqt --bits 1.58"
+  "dqt-4|--method dqt --bits 4"
+  "dqt-8|--method dqt --bits 8"
+  "dqt-1.58-nearest|--method dqt --bits 1.58 --rounding nearest"
+  "dqt-1.58-bf16-compute|--method dqt --bits 1.58 --compute-dtype bf16"
+  "dqt-1.58-bf16-state|--method dqt --bits 1.58 --optim-state 16"
+)
+
+mkdir -p "$root"
+for entry in "${runs[@]}"; do
+  name="${entry%%|*}"
+  read -r -a flags <<< "${entry#*|}"
+  out="$root/$name"
+  if [ -f "$out/eval.json" ]; then echo "== $name: done already"; continue; fi
+  echo "== $name: training ($steps steps)"
+  if [ -f "$out/checkpoint.dqt" ]; then
+    "$dqt" train --out "$out" --resume --no-sample
+  else
+    rm -rf "$out"
+    "$dqt" train "${common[@]}" "${flags[@]}" --out "$out"
+  fi
+  echo "== $name: scoring the whole validation split"
+  extra=()
+  [ "$name" = dqt-8 ] && extra=(--ternary)
+  "$dqt" eval "$out/checkpoint.dqt" --eval-tokens "$final_eval_tokens" --json "${extra[@]}" > "$out/eval.json.tmp"
+  mv "$out/eval.json.tmp" "$out/eval.json"
+done
+
+if [ "$docs" = 1 ]; then
+  /usr/bin/python3 scripts/paper_report.py "$root" docs/results.md docs/img/paper_loss_curves.png
+else
+  /usr/bin/python3 scripts/paper_report.py "$root" "$root/results.md" "$root/paper_loss_curves.png"
+fi
