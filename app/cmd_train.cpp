@@ -101,6 +101,9 @@ void add_train_command(CLI::App& app) {
     command->add_option("--adam-eps", o.adam.eps, "Adam epsilon")->capture_default_str();
     command->add_option("--weight-decay", o.adam.weight_decay, "decoupled weight decay")->capture_default_str();
     command->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str();
+    command->add_flag("--fused-update", o.fused_update,
+                      "update each weight as soon as its gradient is ready: no whole-model gradient buffer "
+                      "(clips with the previous step's norm; needs --grad-accum 1)");
     command->add_option("--eval-every", o.eval_every, "steps between evaluations (0 = end only)")->capture_default_str();
     command->add_option("--eval-tokens", o.eval_tokens, "validation tokens per evaluation")->capture_default_str();
     command->add_option("--log-every", o.log_every, "steps between metric lines")->capture_default_str();

@@ -35,6 +35,14 @@ ModelConfig small_config() {
     return c;
 }
 
+// One whole-tensor DQT step with fp32 moments m, v (count each).
+void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments, const AdamWConfig& config, float lr,
+              int64_t t, const DqtRounding& rounding) {
+    const DqtStep step(tensor, config, lr, t, rounding);
+    step.apply(g, moments, 0, tensor.count);
+    step.finish();
+}
+
 MethodConfig dqt_method(int bits) {
     MethodConfig m;
     m.method = Method::dqt;
@@ -65,7 +73,10 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
             }
             float scale = grid.qp() / 0.03f;
             double scale_ref = scale;
-            std::vector<float> m(count, 0.0f), v(count, 0.0f), g(count);
+            TensorMoments moments(count, StateDtype::fp32);
+            const float* m = moments.m.as<float>();
+            const float* v = moments.v.as<float>();
+            std::vector<float> g(count);
             std::vector<double> m_ref(count, 0.0), v_ref(count, 0.0), g_ref(count);
             AdamWConfig config;
             config.beta1 = 0.9f;
@@ -84,7 +95,7 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
                     for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
                 }
                 const CodedTensor tensor{codes.data(), &scale, count, grid, tensor_id};
-                dqt_update(tensor, g.data(), m.data(), v.data(), config, lr, t, DqtRounding{mode, seed});
+                dqt_step(tensor, g.data(), moments, config, lr, t, DqtRounding{mode, seed});
                 const std::vector<int> q_before = q;
                 scale_ref = dqt_update_reference(q.data(), scale_ref, m_ref.data(), v_ref.data(), g_ref.data(),
                                                  u.data(), count, grid, config, lr, t, mode);
@@ -123,10 +134,10 @@ TEST(DqtUpdate, NearestLosesSmallUpdatesStochasticKeepsThemInExpectation) {
     for (const Rounding mode : {Rounding::nearest, Rounding::stochastic}) {
         std::vector<uint8_t> codes(code_bytes(grid, count));
         for (size_t i = 0; i < count; ++i) write_code(codes.data(), grid, i, i % 2 == 0 ? 1 : 0);  // top code in use
-        std::vector<float> m(count, 0.0f), v(count, 0.0f);
+        TensorMoments moments(count, StateDtype::fp32);
         float s = scale;
-        dqt_update(CodedTensor{codes.data(), &s, count, grid, 3}, g.data(), m.data(), v.data(), config, lr, 1,
-                   DqtRounding{mode, 77});
+        dqt_step(CodedTensor{codes.data(), &s, count, grid, 3}, g.data(), moments, config, lr, 1,
+                 DqtRounding{mode, 77});
         EXPECT_EQ(s, scale);
         double moved = 0.0;
         for (size_t i = 0; i < count; ++i) moved += (i % 2 == 0 ? 1 : 0) - read_code(codes.data(), grid, i);
@@ -145,16 +156,17 @@ TEST(DqtUpdate, ScaleIsKeptWhileTheTopCodeIsUsed) {
     const CodeGrid grid{4};  // [-8, 7]
     std::vector<uint8_t> codes(code_bytes(grid, 8));
     for (int i = 0; i < 8; ++i) write_code(codes.data(), grid, i, i - 4);  // max code 3 < qp
-    std::vector<float> g(8, 0.0f), m(8, 0.0f), v(8, 0.0f);
+    std::vector<float> g(8, 0.0f);
+    TensorMoments moments(8, StateDtype::fp32);
     float s = 10.0f;
     AdamWConfig config;
     config.weight_decay = 0.0f;
-    dqt_update(CodedTensor{codes.data(), &s, 8, grid, 0}, g.data(), m.data(), v.data(), config, 0.0f, 1,
-               DqtRounding{Rounding::nearest, 1});
+    dqt_step(CodedTensor{codes.data(), &s, 8, grid, 0}, g.data(), moments, config, 0.0f, 1,
+             DqtRounding{Rounding::nearest, 1});
     EXPECT_FLOAT_EQ(s, 10.0f * 7.0f / 3.0f);
     EXPECT_EQ(read_code(codes.data(), grid, 7), 7);  // the old top weight 3/10 is the new qp
-    dqt_update(CodedTensor{codes.data(), &s, 8, grid, 0}, g.data(), m.data(), v.data(), config, 0.0f, 2,
-               DqtRounding{Rounding::nearest, 1});
+    dqt_step(CodedTensor{codes.data(), &s, 8, grid, 0}, g.data(), moments, config, 0.0f, 2,
+             DqtRounding{Rounding::nearest, 1});
     EXPECT_FLOAT_EQ(s, 10.0f * 7.0f / 3.0f);
 }
 
@@ -184,8 +196,9 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
     prepare_linear_input(model, weight, xq.data(), rows);
     std::vector<float> y(rows * out), din(rows * in, 0.0f);
     weight_linear_forward(model, weight, y.data(), xq.data(), rows);
-    model.zero_gradients();
-    weight_linear_backward(model, weight, din.data(), dout.data(), xq.data(), rows);
+    std::vector<float> dw(weight.count(), 0.0f);
+    weight_linear_backward_input(model, weight, din.data(), dout.data(), rows);
+    weight_linear_backward_weight(model, weight, dw.data(), dout.data(), xq.data(), rows, 0, weight.rows);
 
     // Frozen offsets of the surrogate.
     const float* w0 = model.value(weight);
@@ -218,7 +231,6 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
         const double numeric = (surrogate(plus, w) - surrogate(minus, w)) / (2 * h);
         EXPECT_NEAR(din[i], numeric, 1e-4 + 1e-4 * std::fabs(numeric)) << "dx[" << i << "]";
     }
-    const float* dw = model.grad(weight);
     for (size_t i = 0; i < w.size(); i += 11) {
         std::vector<double> plus = w, minus = w;
         plus[i] += h;
@@ -266,9 +278,9 @@ TEST(DqtStorage, WeightsCategoryIsTheCodesOnly) {
             acts.targets[i] = static_cast<int32_t>((i + 1) % config.vocab_size);
         }
         memory_reset_peaks();
-        model.zero_gradients();
+        GradientBuffer gradients(model.layout);
         model_forward(model, acts, true);
-        model_backward(model, acts, 1.0f);
+        model_backward(model, acts, 1.0f, gradients);
         EXPECT_EQ(memory_peak_bytes(MemCategory::weights) - weights_before, weights);
         EXPECT_EQ(memory_live_bytes(MemCategory::weights) - weights_before, weights);
     }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/shard.h"
 #include "io/checkpoint.h"
 #include "test_helpers.h"
@@ -89,6 +90,7 @@ struct MethodCase {
     const char* name;
     MethodConfig method;
     StateDtype optim_state = StateDtype::fp32;
+    bool fused_update = false;
 };
 
 std::vector<MethodCase> method_cases() {
@@ -103,11 +105,18 @@ std::vector<MethodCase> method_cases() {
     dqt_4bit_everything.compute = ComputeDtype::bf16;
     MethodConfig dqt_nearest = dqt_ternary;
     dqt_nearest.rounding = Rounding::nearest;
+    MethodConfig dqt_8bit_quantized_ends = dqt_ternary;
+    dqt_8bit_quantized_ends.grid = CodeGrid{8};
+    dqt_8bit_quantized_ends.quantize_embedding = true;
+    dqt_8bit_quantized_ends.quantize_head = true;
     return {{"fp", MethodConfig{}},
             {"bitnet", bitnet},
             {"dqt_ternary", dqt_ternary},
             {"dqt_4bit_quantized_ends_bf16", dqt_4bit_everything, StateDtype::bf16},
-            {"dqt_nearest", dqt_nearest}};
+            {"dqt_nearest", dqt_nearest},
+            {"bitnet_8bit_state_fused", bitnet, StateDtype::q8, true},
+            {"dqt_ternary_8bit_state_fused", dqt_ternary, StateDtype::q8, true},
+            {"dqt_8bit_quantized_ends_8bit_state_fused", dqt_8bit_quantized_ends, StateDtype::q8, true}};
 }
 
 class TrainMethod : public ::testing::TestWithParam<MethodCase> {
@@ -116,6 +125,7 @@ protected:
         TrainOptions o = tiny_train_options(out_dir);
         o.method = GetParam().method;
         o.optim_state = GetParam().optim_state;
+        o.fused_update = GetParam().fused_update;
         return o;
     }
 };
@@ -170,6 +180,31 @@ TEST_P(TrainMethod, LossFallsBelowUnigram) {
     } else {
         EXPECT_LT(report.val_loss, unigram - 0.3) << "unigram entropy " << unigram;
     }
+}
+
+// Without clipping, updating each piece inside the backward pass gives the same bits as
+// updating from a whole-model gradient buffer after it. The fused run never holds more
+// gradient than one piece: at most the largest block linear (here the head, 256 x 32, goes
+// in slices of 64 rows, since the largest block linear is 64 x 32).
+TEST_P(TrainMethod, FusedUpdateEqualsUnfusedWithoutClippingAndHoldsOnePieceOfGradient) {
+    TempDir root("fused");
+    TrainOptions runs[2] = {options(root / "unfused"), options(root / "fused")};
+    int64_t gradient_peak[2] = {0, 0};
+    for (int run = 0; run < 2; ++run) {
+        runs[run].steps = 6;
+        runs[run].grad_clip = 0.0f;
+        runs[run].fused_update = run == 1;
+        memory_reset_peaks();
+        const int64_t before = memory_live_bytes(MemCategory::gradients);
+        run_training(runs[run], quiet_control());
+        gradient_peak[run] = memory_peak_bytes(MemCategory::gradients) - before;
+    }
+    EXPECT_EQ(train_losses(runs[0].out_dir), train_losses(runs[1].out_dir));
+    expect_same_tensors(checkpoint_path_in(runs[0].out_dir), checkpoint_path_in(runs[1].out_dir));
+    const ModelConfig& m = runs[0].model;
+    const int64_t largest_block_linear = static_cast<int64_t>(std::max(m.ffn_dim, m.dim)) * m.dim * 4;
+    EXPECT_LE(gradient_peak[1], largest_block_linear);
+    EXPECT_GT(gradient_peak[0], 10 * largest_block_linear);  // the unfused buffer holds every gradient
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, TrainMethod, ::testing::ValuesIn(method_cases()),

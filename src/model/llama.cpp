@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/attention.h"
@@ -129,13 +130,60 @@ double model_forward(const ModelParameters& model, Activations& acts, bool with_
     return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f);
 }
 
-void model_backward(ModelParameters& model, Activations& acts, float grad_scale) {
+namespace {
+
+// The backward of one use of a parameter, piece by piece as gradient_piece_rows says.
+class BackwardPass {
+public:
+    BackwardPass(ModelParameters& model, GradientSink& sink, int tokens) : model_(model), sink_(sink), N_(tokens) {}
+
+    // din (N, cols) += dout · W (skipped if null), then the weight's gradient. The input
+    // gradient is computed first: a fused sink may change the weight when a piece is released.
+    void linear(const ParamTensor& weight, float* din, const float* dout, const float* in) {
+        if (din) weight_linear_backward_input(model_, weight, din, dout, N_);
+        for_each_piece(weight, [&](float* g, int row_begin, int row_end) {
+            weight_linear_backward_weight(model_, weight, g, dout, in, N_, row_begin, row_end);
+        });
+    }
+
+    // dx (N, cols) += RMSNorm backward; the gain's gradient is one piece.
+    void rmsnorm(const ParamTensor& gain, float* dx, const float* dout, const float* x, const float* rstd) {
+        float* g = sink_.acquire(gain, 0, 1);
+        rmsnorm_backward(dx, g, dout, x, model_.value(gain), rstd, N_, gain.cols);
+        sink_.release(gain, 0, 1);
+    }
+
+    void embedding(const ParamTensor& table, const float* dout, const int32_t* tokens) {
+        for_each_piece(table, [&](float* g, int row_begin, int row_end) {
+            embedding_backward_rows(g, dout, tokens, N_, table.cols, row_begin, row_end);
+        });
+    }
+
+private:
+    template <typename Accumulate>
+    void for_each_piece(const ParamTensor& tensor, Accumulate&& accumulate) {
+        const int piece = gradient_piece_rows(model_.layout, tensor);
+        for (int row_begin = 0; row_begin < tensor.rows; row_begin += piece) {
+            const int row_end = std::min(tensor.rows, row_begin + piece);
+            float* g = sink_.acquire(tensor, row_begin, row_end);
+            accumulate(g, row_begin, row_end);
+            sink_.release(tensor, row_begin, row_end);
+        }
+    }
+
+    ModelParameters& model_;
+    GradientSink& sink_;
+    int N_;
+};
+
+}  // namespace
+
+void model_backward(ModelParameters& model, Activations& acts, float grad_scale, GradientSink& sink) {
     const ModelConfig& c = model.config;
     const int B = acts.batch, T = acts.seq, N = B * T;
     const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, D = c.head_dim();
     const ModelTensors& w = model.tensors;
-    auto value = [&](const ParamTensor* tensor) { return model.value(*tensor); };
-    auto grad = [&](const ParamTensor* tensor) { return model.grad(*tensor); };
+    BackwardPass pass(model, sink, N);
 
     // dlogits overwrite the logits in place: row by row, softmax reads a row before writing it.
     float* dlogits = acts.logits.data();  // (B, T, V)
@@ -143,10 +191,10 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
 
     // Head and final norm: d_residual = dL/d final_input.
     zero(acts.d_c);
-    weight_linear_backward(model, *w.output, acts.d_c.data(), dlogits, acts.lnf.data(), N);
+    pass.linear(*w.output, acts.d_c.data(), dlogits, acts.lnf.data());
     zero(acts.d_residual);
-    rmsnorm_backward(acts.d_residual.data(), grad(w.output_norm), acts.d_c.data(), acts.final_input.data(),
-                     value(w.output_norm), acts.lnf_rstd.data(), N, C);
+    pass.rmsnorm(*w.output_norm, acts.d_residual.data(), acts.d_c.data(), acts.final_input.data(),
+                 acts.lnf_rstd.data());
 
     for (int l = c.n_layers - 1; l >= 0; --l) {
         LayerActivations& a = acts.layers[l];
@@ -155,12 +203,11 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
         // Feed-forward block. d_residual carries dL/d(next) and becomes dL/d(mid).
         const float* ffn_in = c.subln ? a.h_sub.data() : a.h.data();
         zero(acts.d_f);
-        weight_linear_backward(model, *p.w_down, acts.d_f.data(), acts.d_residual.data(), ffn_in, N);
+        pass.linear(*p.w_down, acts.d_f.data(), acts.d_residual.data(), ffn_in);
         const float* d_h = acts.d_f.data();
         if (c.subln) {
             zero(acts.d_gate);  // borrowed as dL/dh
-            rmsnorm_backward(acts.d_gate.data(), grad(p.ffn_subnorm), acts.d_f.data(), a.h.data(),
-                             value(p.ffn_subnorm), a.h_sub_rstd.data(), N, F);
+            pass.rmsnorm(*p.ffn_subnorm, acts.d_gate.data(), acts.d_f.data(), a.h.data(), a.h_sub_rstd.data());
             std::memcpy(acts.d_f.data(), acts.d_gate.data(), acts.d_f.bytes());
             d_h = acts.d_f.data();
         }
@@ -169,20 +216,18 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
         swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
                         static_cast<size_t>(N) * F);
         zero(acts.d_c);
-        weight_linear_backward(model, *p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data(), N);
-        weight_linear_backward(model, *p.w_up, acts.d_c.data(), acts.d_up.data(), a.ln2.data(), N);
-        rmsnorm_backward(acts.d_residual.data(), grad(p.ffn_norm), acts.d_c.data(), a.mid.data(), value(p.ffn_norm),
-                         a.ln2_rstd.data(), N, C);
+        pass.linear(*p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data());
+        pass.linear(*p.w_up, acts.d_c.data(), acts.d_up.data(), a.ln2.data());
+        pass.rmsnorm(*p.ffn_norm, acts.d_residual.data(), acts.d_c.data(), a.mid.data(), a.ln2_rstd.data());
 
         // Attention block. d_residual becomes dL/d(input).
         const float* att_out = c.subln ? a.att_sub.data() : a.att.data();
         zero(acts.d_c);
-        weight_linear_backward(model, *p.wo, acts.d_c.data(), acts.d_residual.data(), att_out, N);
+        pass.linear(*p.wo, acts.d_c.data(), acts.d_residual.data(), att_out);
         float* d_att = acts.d_c.data();
         if (c.subln) {
             zero(acts.d_c2);
-            rmsnorm_backward(acts.d_c2.data(), grad(p.attn_subnorm), acts.d_c.data(), a.att.data(),
-                             value(p.attn_subnorm), a.att_sub_rstd.data(), N, C);
+            pass.rmsnorm(*p.attn_subnorm, acts.d_c2.data(), acts.d_c.data(), a.att.data(), a.att_sub_rstd.data());
             d_att = acts.d_c2.data();
         }
         zero(acts.d_q);
@@ -194,14 +239,13 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale)
         rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
         float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now
         std::memset(d_ln1, 0, static_cast<size_t>(N) * C * sizeof(float));
-        weight_linear_backward(model, *p.wq, d_ln1, acts.d_q.data(), a.ln1.data(), N);
-        weight_linear_backward(model, *p.wk, d_ln1, acts.d_k.data(), a.ln1.data(), N);
-        weight_linear_backward(model, *p.wv, d_ln1, acts.d_v.data(), a.ln1.data(), N);
-        rmsnorm_backward(acts.d_residual.data(), grad(p.attn_norm), d_ln1, a.input.data(), value(p.attn_norm),
-                         a.ln1_rstd.data(), N, C);
+        pass.linear(*p.wq, d_ln1, acts.d_q.data(), a.ln1.data());
+        pass.linear(*p.wk, d_ln1, acts.d_k.data(), a.ln1.data());
+        pass.linear(*p.wv, d_ln1, acts.d_v.data(), a.ln1.data());
+        pass.rmsnorm(*p.attn_norm, acts.d_residual.data(), d_ln1, a.input.data(), a.ln1_rstd.data());
     }
 
-    embedding_backward(grad(w.token_embd), acts.d_residual.data(), acts.tokens.data(), N, C);
+    pass.embedding(*w.token_embd, acts.d_residual.data(), acts.tokens.data());
 }
 
 }  // namespace dqt

@@ -1,11 +1,12 @@
 #pragma once
 // The LLaMA decoder's training forward and backward, written out op by op (llm.c style).
-// Activations for one micro-batch of (B, T) tokens live in `Activations`; backward
-// accumulates into ModelParameters::gradients.
+// Activations for one micro-batch of (B, T) tokens live in `Activations`; backward hands
+// every gradient to a GradientSink.
 #include <cstdint>
 #include <vector>
 
 #include "core/memory.h"
+#include "model/gradient_sink.h"
 #include "model/parameters.h"
 
 namespace dqt {
@@ -63,7 +64,8 @@ struct Activations {
 double model_forward(const ModelParameters& model, Activations& acts, bool with_targets);
 
 // Backward of the last model_forward (which must have had targets). The loss gradient is
-// scaled by grad_scale (1 / tokens in the whole optimizer step); accumulates into gradients.
-void model_backward(ModelParameters& model, Activations& acts, float grad_scale);
+// scaled by grad_scale (1 / tokens in the whole optimizer step); each parameter's gradient
+// goes to the sink (model/gradient_sink.h).
+void model_backward(ModelParameters& model, Activations& acts, float grad_scale, GradientSink& sink);
 
 }  // namespace dqt

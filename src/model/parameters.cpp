@@ -111,7 +111,6 @@ ModelParameters::ModelParameters(const ModelConfig& c, const MethodConfig& m)
       values(MemCategory::weights, layout.value_total),
       codes(MemCategory::weights, layout.code_total),
       scales(MemCategory::weights, layout.tensors.size()),
-      gradients(MemCategory::gradients, layout.total),
       tensors(bind_tensors(c, layout)) {}
 
 void ModelParameters::initialize(uint64_t seed) {
@@ -140,8 +139,6 @@ void ModelParameters::initialize(uint64_t seed) {
         }
     }
 }
-
-void ModelParameters::zero_gradients() { std::memset(gradients.data(), 0, gradients.bytes()); }
 
 void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {
     if (tensor.storage == TensorStorage::codes) {

@@ -1,8 +1,8 @@
 #pragma once
 // All trainable tensors of one model, stored as the training method asks (model/method.h):
 // fp32 tensors in one contiguous fp32 array (`values`), integer-coded tensors (dqt) in one
-// byte array (`codes`) with one scale each, and the gradients of every tensor in one
-// contiguous fp32 array. Contiguity keeps the optimizer, clipping and checkpoints simple loops.
+// byte array (`codes`) with one scale each. Gradients live elsewhere (model/gradient_sink.h):
+// a fused update never holds the whole model's.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,7 +23,7 @@ struct ParamTensor {
     int cols = 0;
     TensorRole role = TensorRole::norm;
     int tensor_id = 0;        // position in the list: keys the counter-based RNG
-    size_t offset = 0;        // into the gradients (and optimizer state), in floats
+    size_t offset = 0;        // into a whole-model gradient buffer, in floats
     TensorStorage storage = TensorStorage::f32;
     size_t value_offset = 0;  // f32 storage: into ModelParameters::values, in floats
     size_t code_offset = 0;   // codes storage: into ModelParameters::codes, in bytes
@@ -35,7 +35,7 @@ struct ParamTensor {
 
 struct ParamLayout {
     std::vector<ParamTensor> tensors;
-    size_t total = 0;        // floats of gradients (every tensor, 64-byte aligned each)
+    size_t total = 0;        // floats of a whole-model gradient buffer (every tensor, 64-byte aligned each)
     size_t value_total = 0;  // floats of f32-stored values
     size_t code_total = 0;   // bytes of codes
     const ParamTensor& find(const std::string& name) const;
@@ -73,7 +73,6 @@ public:
     Array<float> values;     // (layout.value_total) f32-stored tensors, category weights
     Array<uint8_t> codes;    // (layout.code_total) integer codes, category weights
     Array<float> scales;     // (tensors) code scale per tensor (0 for f32 ones), category weights
-    Array<float> gradients;  // (layout.total) category gradients
     ModelTensors tensors;
 
     explicit ModelParameters(const ModelConfig& config, const MethodConfig& method = MethodConfig{});
@@ -83,12 +82,10 @@ public:
     float* value(const ParamTensor& tensor) const { return values.data() + tensor.value_offset; }
     uint8_t* code(const ParamTensor& tensor) const { return codes.data() + tensor.code_offset; }
     float& scale(const ParamTensor& tensor) const { return scales[static_cast<size_t>(tensor.tensor_id)]; }
-    float* grad(const ParamTensor& tensor) const { return gradients.data() + tensor.offset; }
 
     // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
     // tensors are snapped once onto their grid with the absmean scale (SPEC.md section 2).
     void initialize(uint64_t seed);
-    void zero_gradients();
     // out (count) = the tensor's stored value as real numbers: its fp32 values, or q / scale.
     void read_dense(const ParamTensor& tensor, float* out) const;
 };

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/linear.h"
 #include "quant/activation_quant.h"
 #include "quant/bf16.h"
@@ -40,19 +41,41 @@ void weight_linear_forward(const ModelParameters& model, const ParamTensor& weig
     linear_forward(out, in, w.data(), rows, weight.cols, weight.rows);
 }
 
-void weight_linear_backward(ModelParameters& model, const ParamTensor& weight, float* din, const float* dout,
-                            const float* in, int rows) {
-    const DenseWeight w(model, weight);
-    if (model.method.compute != ComputeDtype::bf16) {
-        linear_backward(din, model.grad(weight), dout, in, w.data(), rows, weight.cols, weight.rows);
-        return;
+namespace {
+
+// dout as the backward GEMMs read it: itself, or under bf16 compute a bf16-rounded copy in
+// scratch (the output gradient enters the products in bf16 too).
+class BackwardOperand {
+public:
+    BackwardOperand(const ModelParameters& model, const float* dout, size_t count) : data_(dout) {
+        if (model.method.compute != ComputeDtype::bf16) return;
+        copy_ = Array<float>(MemCategory::scratch, count);
+        std::memcpy(copy_.data(), dout, count * sizeof(float));
+        round_to_bf16_in_place(copy_.data(), count);
+        data_ = copy_.data();
     }
-    // bf16 compute: the output gradient enters both products rounded to bf16 too.
-    const size_t count = static_cast<size_t>(rows) * weight.rows;
-    Array<float> dout_bf16(MemCategory::scratch, count);  // (rows, weight.rows)
-    std::memcpy(dout_bf16.data(), dout, count * sizeof(float));
-    round_to_bf16_in_place(dout_bf16.data(), count);
-    linear_backward(din, model.grad(weight), dout_bf16.data(), in, w.data(), rows, weight.cols, weight.rows);
+    const float* data() const { return data_; }
+
+private:
+    Array<float> copy_;
+    const float* data_;
+};
+
+}  // namespace
+
+void weight_linear_backward_input(const ModelParameters& model, const ParamTensor& weight, float* din,
+                                  const float* dout, int rows) {
+    const DenseWeight w(model, weight);
+    const BackwardOperand d(model, dout, static_cast<size_t>(rows) * weight.rows);
+    gemm(false, false, rows, weight.cols, weight.rows, 1.0f, d.data(), weight.rows, w.data(), weight.cols, 1.0f, din,
+         weight.cols);
+}
+
+void weight_linear_backward_weight(const ModelParameters& model, const ParamTensor& weight, float* dweight,
+                                   const float* dout, const float* in, int rows, int row_begin, int row_end) {
+    const BackwardOperand d(model, dout, static_cast<size_t>(rows) * weight.rows);
+    gemm(true, false, row_end - row_begin, weight.cols, rows, 1.0f, d.data() + row_begin, weight.rows, in,
+         weight.cols, 1.0f, dweight, weight.cols);
 }
 
 void weight_embedding_forward(const ModelParameters& model, const ParamTensor& embedding, float* out,

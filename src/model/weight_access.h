@@ -31,11 +31,15 @@ void prepare_linear_input(const ModelParameters& model, const ParamTensor& weigh
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
                            int rows);
 
-// din (rows, weight.cols) += dout · W (skipped if din is null); the weight's gradient
-// += dout^T · in. Straight-through for bitnet: the gradient of the ternary projection goes to
-// the latent weights unchanged.
-void weight_linear_backward(ModelParameters& model, const ParamTensor& weight, float* din, const float* dout,
-                            const float* in, int rows);
+// din (rows, weight.cols) += dout (rows, weight.rows) · W.
+void weight_linear_backward_input(const ModelParameters& model, const ParamTensor& weight, float* din,
+                                  const float* dout, int rows);
+
+// Rows [row_begin, row_end) of the weight's gradient: dweight (row_end - row_begin, weight.cols)
+// += dout[:, row_begin:row_end]^T · in. Straight-through for bitnet and dqt: the gradient with
+// respect to the weight the forward read goes to the stored weight unchanged.
+void weight_linear_backward_weight(const ModelParameters& model, const ParamTensor& weight, float* dweight,
+                                   const float* dout, const float* in, int rows, int row_begin, int row_end);
 
 // out (count, C) = rows tokens[i] of the embedding, read as stored (codes dequantized row by row).
 void weight_embedding_forward(const ModelParameters& model, const ParamTensor& embedding, float* out,

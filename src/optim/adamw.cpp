@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "optim/optimizer_state.h"
+#include "optim/moment_blocks.h"
 
 namespace dqt {
 
@@ -10,29 +10,28 @@ AdamBias::AdamBias(const AdamWConfig& config, int64_t t)
     : bias1(1.0f - std::pow(config.beta1, static_cast<float>(t))),
       bias2(1.0f - std::pow(config.beta2, static_cast<float>(t))) {}
 
-template <typename Moment>
-void adamw_update(float* w, const float* g, Moment* m, Moment* v, size_t count, bool decay,
-                  const AdamWConfig& config, float lr, int64_t t) {
+AdamWStep::AdamWStep(const AdamWConfig& config, float lr, int64_t t, bool decay)
+    : b1_(config.beta1), b2_(config.beta2), eps_(config.eps) {
     const AdamBias bias(config, t);
-    const float step_size = lr / bias.bias1;
-    const float inv_sqrt_bias2 = 1.0f / std::sqrt(bias.bias2);
-    const float b1 = config.beta1, b2 = config.beta2, eps = config.eps;
-    const float keep = decay ? 1.0f - lr * config.weight_decay : 1.0f;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < count; ++i) {
-        const float m_i = b1 * load_moment(m, i) + (1.0f - b1) * g[i];
-        const float v_i = b2 * load_moment(v, i) + (1.0f - b2) * g[i] * g[i];
-        store_moment(m, i, m_i);
-        store_moment(v, i, v_i);
-        const float denom = std::sqrt(v_i) * inv_sqrt_bias2 + eps;
-        w[i] = w[i] * keep - step_size * m_i / denom;
-    }
+    step_size_ = lr / bias.bias1;
+    inv_sqrt_bias2_ = 1.0f / std::sqrt(bias.bias2);
+    keep_ = decay ? 1.0f - lr * config.weight_decay : 1.0f;
 }
 
-template void adamw_update<float>(float*, const float*, float*, float*, size_t, bool, const AdamWConfig&, float,
-                                  int64_t);
-template void adamw_update<uint16_t>(float*, const float*, uint16_t*, uint16_t*, size_t, bool, const AdamWConfig&,
-                                     float, int64_t);
+void AdamWStep::apply(float* w, const float* g, TensorMoments& moments, size_t first, size_t last) const {
+    for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
+        for (size_t i = block_first; i < block_last; ++i) {
+            const size_t j = i - block_first;
+            const float g_i = g[i - first];
+            const float m_i = b1_ * load_moment(m, j) + (1.0f - b1_) * g_i;
+            const float v_i = b2_ * load_moment(v, j) + (1.0f - b2_) * g_i * g_i;
+            store_moment(m, j, m_i);
+            store_moment(v, j, v_i);
+            const float denom = std::sqrt(v_i) * inv_sqrt_bias2_ + eps_;
+            w[i] = w[i] * keep_ - step_size_ * m_i / denom;
+        }
+    });
+}
 
 void adamw_reference(double* w, double* m, double* v, const double* g, size_t count, bool decay,
                      const AdamWConfig& config, double lr, int64_t t) {

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "optim/optimizer_state.h"
+
 namespace dqt {
 
 struct AdamWConfig {
@@ -20,11 +22,17 @@ struct AdamBias {
     AdamBias(const AdamWConfig& config, int64_t t);
 };
 
-// One update of count weights w with gradients g and moments m, v (float* or uint16_t* bf16):
+// One AdamW step of a tensor, applied to element ranges (each once, any order):
 // w -= lr * wd * w (if decay); m, v updated; w -= lr * m_hat / (sqrt(v_hat) + eps).
-template <typename Moment>
-void adamw_update(float* w, const float* g, Moment* m, Moment* v, size_t count, bool decay,
-                  const AdamWConfig& config, float lr, int64_t t);
+class AdamWStep {
+public:
+    AdamWStep(const AdamWConfig& config, float lr, int64_t t, bool decay);
+    // Elements [first, last) of weights w and moments (any storage); g points at element first.
+    void apply(float* w, const float* g, TensorMoments& moments, size_t first, size_t last) const;
+
+private:
+    float step_size_, inv_sqrt_bias2_, keep_, b1_, b2_, eps_;
+};
 
 // Scalar float64 reference of the same update (tests compare against it).
 void adamw_reference(double* w, double* m, double* v, const double* g, size_t count, bool decay,

@@ -4,28 +4,17 @@
 #include <cmath>
 
 #include "kernels/vecmath.h"
-#include "optim/optimizer_state.h"
+#include "optim/moment_blocks.h"
 
 namespace dqt {
 
 namespace {
 
-// Everything one element's update needs besides its own code, gradient and moments.
-struct UpdateConstants {
-    CodeGrid grid;
-    float old_scale, new_scale;
-    float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
-    float keep;       // 1 - lr * wd
-    float b1, b2, eps;
-    bool stochastic;
-    uint64_t seed;
-    int64_t t;
-    int tensor_id;
-};
+using UpdateConstants = DqtStep::Constants;
 
-// Elements [first, last) (first a multiple of 4) in blocks: codes decoded into a small array,
-// the arithmetic in a loop that vectorises, codes written back. A block holds whole packed
-// bytes, so no two threads touch the same byte; each element depends only on its own inputs.
+// Elements [first, last) (first a multiple of 4; g, m, v point at element first) in blocks:
+// codes decoded into a small array, the arithmetic in a loop that vectorises, codes written
+// back. A range holds whole packed bytes, so no two threads touch the same byte.
 template <typename Moment>
 inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, size_t first,
                          size_t last) {
@@ -43,9 +32,9 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
                 for (size_t j = 0; j < 4; ++j) u[i + j] = draw[j];
             }
         }
-        const float* g_block = g + begin;
-        Moment* m_block = m + begin;
-        Moment* v_block = v + begin;
+        const float* g_block = g + (begin - first);
+        Moment* m_block = m + (begin - first);
+        Moment* v_block = v + (begin - first);
         for (size_t i = 0; i < n; ++i) {
             const float m_i = k.b1 * load_moment(m_block, i) + (1.0f - k.b1) * g_block[i];
             const float v_i = k.b2 * load_moment(v_block, i) + (1.0f - k.b2) * g_block[i] * g_block[i];
@@ -79,40 +68,34 @@ void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, 
 
 }  // namespace
 
-template <typename Moment>
-void dqt_update(const CodedTensor& tensor, const float* g, Moment* m, Moment* v, const AdamWConfig& config, float lr,
-                int64_t t, const DqtRounding& rounding) {
+DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr, int64_t t,
+                 const DqtRounding& rounding)
+    : tensor_(tensor) {
     const CodeGrid grid = tensor.grid;
     const float old_scale = *tensor.scale;
     const int top = max_code(tensor.codes, tensor.count, grid);
     const AdamBias bias(config, t);
-    UpdateConstants k;
-    k.grid = grid;
-    k.old_scale = old_scale;
-    k.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
-    k.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
-    k.keep = 1.0f - lr * config.weight_decay;
-    k.b1 = config.beta1;
-    k.b2 = config.beta2;
-    k.eps = config.eps;
-    k.stochastic = rounding.mode == Rounding::stochastic;
-    k.seed = rounding.seed;
-    k.t = t;
-    k.tensor_id = tensor.tensor_id;
-
-    constexpr size_t kChunk = 4096;  // elements per unit of parallel work, a multiple of 4
-    const size_t chunks = (tensor.count + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-    for (size_t chunk = 0; chunk < chunks; ++chunk) {
-        update_range_any(k, tensor.codes, g, m, v, chunk * kChunk, std::min(tensor.count, (chunk + 1) * kChunk));
-    }
-    *tensor.scale = k.new_scale;
+    k_.grid = grid;
+    k_.old_scale = old_scale;
+    k_.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
+    k_.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
+    k_.keep = 1.0f - lr * config.weight_decay;
+    k_.b1 = config.beta1;
+    k_.b2 = config.beta2;
+    k_.eps = config.eps;
+    k_.stochastic = rounding.mode == Rounding::stochastic;
+    k_.seed = rounding.seed;
+    k_.t = t;
+    k_.tensor_id = tensor.tensor_id;
 }
 
-template void dqt_update<float>(const CodedTensor&, const float*, float*, float*, const AdamWConfig&, float, int64_t,
-                                const DqtRounding&);
-template void dqt_update<uint16_t>(const CodedTensor&, const float*, uint16_t*, uint16_t*, const AdamWConfig&, float,
-                                   int64_t, const DqtRounding&);
+void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t last) const {
+    for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
+        update_range_any(k_, tensor_.codes, g + (block_first - first), m, v, block_first, block_last);
+    });
+}
+
+void DqtStep::finish() const { *tensor_.scale = k_.new_scale; }
 
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,

@@ -30,10 +30,32 @@ struct DqtRounding {
     uint64_t seed = 0;
 };
 
-// Moment is float (fp32 state) or uint16_t (bf16 state); t is the 1-based step.
-template <typename Moment>
-void dqt_update(const CodedTensor& tensor, const float* g, Moment* m, Moment* v, const AdamWConfig& config, float lr,
-                int64_t t, const DqtRounding& rounding);
+// One DQT step of a coded tensor, applied to element ranges (each once, any order) and then
+// finished. The constructor reads the pre-update tensor (its top code sets the new scale);
+// finish() stores the new scale. t is the 1-based step.
+class DqtStep {
+public:
+    DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr, int64_t t, const DqtRounding& rounding);
+    // Elements [first, last), first a multiple of 4; g points at element first; moments of any storage.
+    void apply(const float* g, TensorMoments& moments, size_t first, size_t last) const;
+    void finish() const;
+
+    struct Constants {
+        CodeGrid grid;
+        float old_scale, new_scale;
+        float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
+        float keep;       // 1 - lr * wd
+        float b1, b2, eps;
+        bool stochastic;
+        uint64_t seed;
+        int64_t t;
+        int tensor_id;
+    };
+
+private:
+    CodedTensor tensor_;
+    Constants k_;
+};
 
 // Float64 reference of the same update: q holds codes as integers; u[i] is element i's
 // uniform (ignored for nearest). Returns the new scale.

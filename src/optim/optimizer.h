@@ -1,22 +1,36 @@
 #pragma once
-// One optimizer step over a whole model: each tensor updated as its storage asks (fp32
-// AdamW, or the DQT update of integer codes), plus the gradient-norm helpers of clipping.
+// One optimizer step: each tensor updated as its storage asks (fp32 AdamW, or the DQT update
+// of integer codes), from a whole-model gradient buffer or piece by piece (fused_update.h).
 #include <cstdint>
+#include <optional>
 
+#include "model/gradient_sink.h"
 #include "model/parameters.h"
 #include "optim/adamw.h"
+#include "optim/dqt_update.h"
 #include "optim/optimizer_state.h"
 
 namespace dqt {
 
-// state laid out like model.gradients; t is the 1-based step (bias correction and the key of
-// the rounding noise, with seed).
-void optimizer_step(ModelParameters& model, OptimizerState& state, const AdamWConfig& config, float lr, int64_t t,
-                    uint64_t seed);
+// The step of one tensor: apply() to element ranges (each once; first a multiple of
+// kStateBlock), then finish().
+class TensorUpdate {
+public:
+    TensorUpdate(ModelParameters& model, const ParamTensor& tensor, OptimizerState& state, const AdamWConfig& config,
+                 float lr, int64_t t, uint64_t seed);
+    // g (last - first): the gradient of elements [first, last).
+    void apply(const float* g, size_t first, size_t last);
+    void finish();
 
-// L2 norm of all gradients, summed in a fixed order (same bits for any thread count).
-double gradient_global_norm(const ModelParameters& model);
-// Multiplies every gradient by factor.
-void scale_gradients(ModelParameters& model, float factor);
+private:
+    float* values_;  // fp32 tensors
+    TensorMoments& moments_;
+    std::optional<AdamWStep> adamw_;
+    std::optional<DqtStep> dqt_;
+};
+
+// t is the 1-based step (bias correction and, with seed, the key of the rounding noise).
+void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
+                    const AdamWConfig& config, float lr, int64_t t, uint64_t seed);
 
 }  // namespace dqt

@@ -7,15 +7,60 @@ namespace dqt {
 StateDtype parse_state_dtype(const std::string& bits) {
     if (bits == "32") return StateDtype::fp32;
     if (bits == "16") return StateDtype::bf16;
-    throw Error("--optim-state " + bits + " is not supported: use 32 (fp32) or 16 (bf16)");
+    if (bits == "8") return StateDtype::q8;
+    throw Error("--optim-state " + bits + " is not supported: use 32 (fp32), 16 (bf16) or 8 (block-wise 8-bit)");
 }
 
-const char* state_dtype_bits(StateDtype dtype) { return dtype == StateDtype::fp32 ? "32" : "16"; }
+const char* state_dtype_bits(StateDtype dtype) {
+    switch (dtype) {
+        case StateDtype::fp32: return "32";
+        case StateDtype::bf16: return "16";
+        case StateDtype::q8: return "8";
+    }
+    return "?";
+}
 
-OptimizerState::OptimizerState(size_t count, StateDtype dtype)
-    : dtype_(dtype),
-      count_(count),
-      m_(MemCategory::optimizer, count * (dtype == StateDtype::fp32 ? 4 : 2)),
-      v_(MemCategory::optimizer, count * (dtype == StateDtype::fp32 ? 4 : 2)) {}
+TensorMoments::TensorMoments(size_t n, StateDtype d) : dtype(d), count(n) {
+    m = Buffer(MemCategory::optimizer, count * element_bytes());
+    v = Buffer(MemCategory::optimizer, count * element_bytes());
+    if (dtype == StateDtype::q8) {
+        m_absmax = Array<float>(MemCategory::optimizer, blocks());
+        v_absmax = Array<float>(MemCategory::optimizer, blocks());
+    }
+}
+
+size_t TensorMoments::element_bytes() const {
+    switch (dtype) {
+        case StateDtype::fp32: return 4;
+        case StateDtype::bf16: return 2;
+        case StateDtype::q8: return 1;
+    }
+    return 4;
+}
+
+OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested) : requested_(requested) {
+    tensors_.reserve(layout.tensors.size());
+    for (const ParamTensor& tensor : layout.tensors) {
+        const bool small = tensor.count() < kSmallTensor;
+        tensors_.emplace_back(tensor.count(), requested == StateDtype::q8 && small ? StateDtype::fp32 : requested);
+    }
+}
+
+std::string OptimizerState::describe(const ParamLayout& layout) const {
+    size_t kept_tensors = 0, kept_values = 0, main_tensors = 0, main_values = 0;
+    for (const ParamTensor& tensor : layout.tensors) {
+        const bool kept = of(tensor).dtype != requested_;
+        (kept ? kept_tensors : main_tensors) += 1;
+        (kept ? kept_values : main_values) += tensor.count();
+    }
+    const char* name = requested_ == StateDtype::q8 ? "8-bit block-wise" : requested_ == StateDtype::bf16 ? "bf16" : "fp32";
+    std::string text = std::string(name) + " Adam state for " + std::to_string(main_tensors) + " tensors (" +
+                       std::to_string(main_values) + " values)";
+    if (kept_tensors > 0) {
+        text += "; fp32 for " + std::to_string(kept_tensors) + " small tensors (" + std::to_string(kept_values) +
+                " values)";
+    }
+    return text;
+}
 
 }  // namespace dqt

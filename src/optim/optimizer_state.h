@@ -1,40 +1,60 @@
 #pragma once
-// Adam's two moments for every parameter (laid out like the gradients), stored in fp32 or
-// bf16 (--optim-state 32 | 16). Kernels take typed pointers (float* or uint16_t*) and read
-// and write through load_moment / store_moment, so one templated loop serves both.
+// Adam's two moments for every parameter tensor, stored as --optim-state asks:
+//   32: fp32;  16: bf16 (round to nearest even);
+//   8:  block-wise 8-bit (quant/dynamic8.h), blocks of kStateBlock values, one fp32 absmax per
+//       block and moment. Tensors under kSmallTensor values (norm gains) keep fp32 state: they
+//       are a negligible share of the memory and the most sensitive to noise.
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/memory.h"
+#include "model/parameters.h"
 #include "quant/bf16.h"
 
 namespace dqt {
 
-enum class StateDtype { fp32, bf16 };
-StateDtype parse_state_dtype(const std::string& bits);  // "32" or "16"
-const char* state_dtype_bits(StateDtype dtype);          // "32" or "16"
+enum class StateDtype { fp32, bf16, q8 };
+StateDtype parse_state_dtype(const std::string& bits);  // "32", "16" or "8"
+const char* state_dtype_bits(StateDtype dtype);          // "32", "16" or "8"
 
+inline constexpr size_t kStateBlock = 256;     // values per 8-bit block (docs/results.md: why)
+inline constexpr size_t kSmallTensor = 4096;   // below this, 8-bit requests keep fp32 state
+
+// The moments of one tensor.
+struct TensorMoments {
+    StateDtype dtype = StateDtype::fp32;
+    size_t count = 0;
+    Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes; category optimizer
+    Array<float> m_absmax, v_absmax;  // (blocks) 8-bit only; category optimizer
+
+    TensorMoments(size_t count, StateDtype dtype);
+    size_t element_bytes() const;
+    size_t blocks() const { return (count + kStateBlock - 1) / kStateBlock; }
+};
+
+class OptimizerState {
+public:
+    // One TensorMoments per tensor of the layout, zeroed.
+    OptimizerState(const ParamLayout& layout, StateDtype requested);
+    StateDtype requested() const { return requested_; }
+    TensorMoments& of(const ParamTensor& tensor) { return tensors_[static_cast<size_t>(tensor.tensor_id)]; }
+    const TensorMoments& of(const ParamTensor& tensor) const {
+        return tensors_[static_cast<size_t>(tensor.tensor_id)];
+    }
+    // "8-bit state for 30 tensors (3,270,656 values); fp32 for 9 small tensors (2,304)" and the like.
+    std::string describe(const ParamLayout& layout) const;
+
+private:
+    StateDtype requested_;
+    std::vector<TensorMoments> tensors_;
+};
+
+// Typed access for the update kernels: one templated loop serves fp32 and bf16 moments.
 inline float load_moment(const float* p, size_t i) { return p[i]; }
 inline float load_moment(const uint16_t* p, size_t i) { return bf16_to_float(p[i]); }
 inline void store_moment(float* p, size_t i, float x) { p[i] = x; }
 inline void store_moment(uint16_t* p, size_t i, float x) { p[i] = float_to_bf16(x); }
-
-class OptimizerState {
-public:
-    OptimizerState(size_t count, StateDtype dtype);  // zeroed, category optimizer
-    StateDtype dtype() const { return dtype_; }
-    size_t count() const { return count_; }
-    size_t element_bytes() const { return dtype_ == StateDtype::fp32 ? 4 : 2; }
-    // Raw moment storage (checkpoints); offset in elements.
-    void* m_bytes(size_t offset) const { return static_cast<char*>(m_.data()) + offset * element_bytes(); }
-    void* v_bytes(size_t offset) const { return static_cast<char*>(v_.data()) + offset * element_bytes(); }
-
-private:
-    StateDtype dtype_;
-    size_t count_;
-    Buffer m_;  // (count) first moment
-    Buffer v_;  // (count) second moment
-};
 
 }  // namespace dqt

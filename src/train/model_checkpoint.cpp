@@ -44,7 +44,38 @@ void read_parameters(const CheckpointReader& reader, ModelParameters& model) {
     }
 }
 
-const char* moment_dtype(const OptimizerState& state) { return state.dtype() == StateDtype::fp32 ? "f32" : "bf16"; }
+const char* moment_dtype(const TensorMoments& moments) {
+    switch (moments.dtype) {
+        case StateDtype::fp32: return "f32";
+        case StateDtype::bf16: return "bf16";
+        case StateDtype::q8: return "u8";
+    }
+    return "?";
+}
+
+// "adam.m.NAME" and "adam.v.NAME" in the tensor's shape (8-bit: the codes), and for 8-bit state
+// "adam.m_absmax.NAME" and "adam.v_absmax.NAME" (f32, one per block).
+void add_moments(std::vector<TensorView>& out, const ParamTensor& tensor, const TensorMoments& moments) {
+    const size_t bytes = tensor.count() * moments.element_bytes();
+    out.push_back({"adam.m." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.m.data(), bytes});
+    out.push_back({"adam.v." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.v.data(), bytes});
+    if (moments.dtype == StateDtype::q8) {
+        const std::vector<int64_t> blocks = {static_cast<int64_t>(moments.blocks())};
+        out.push_back({"adam.m_absmax." + tensor.name, "f32", blocks, moments.m_absmax.data(), moments.m_absmax.bytes()});
+        out.push_back({"adam.v_absmax." + tensor.name, "f32", blocks, moments.v_absmax.data(), moments.v_absmax.bytes()});
+    }
+}
+
+void read_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
+    const size_t bytes = tensor.count() * moments.element_bytes();
+    reader.read("adam.m." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.m.data(), bytes);
+    reader.read("adam.v." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.v.data(), bytes);
+    if (moments.dtype == StateDtype::q8) {
+        const std::vector<int64_t> blocks = {static_cast<int64_t>(moments.blocks())};
+        reader.read("adam.m_absmax." + tensor.name, "f32", blocks, moments.m_absmax.data(), moments.m_absmax.bytes());
+        reader.read("adam.v_absmax." + tensor.name, "f32", blocks, moments.v_absmax.data(), moments.v_absmax.bytes());
+    }
+}
 
 void check_kind(const CheckpointReader& reader, const std::string& path) {
     require(reader.meta().value("kind", "") == kCheckpointKind,
@@ -53,24 +84,19 @@ void check_kind(const CheckpointReader& reader, const std::string& path) {
 
 }  // namespace
 
-void save_training_checkpoint(const std::string& path, const TrainOptions& options, int step,
+void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
                               const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
     nlohmann::json meta;
     meta["kind"] = kCheckpointKind;
-    meta["step"] = step;
+    meta["step"] = position.step;
+    meta["previous_grad_norm"] = position.previous_grad_norm;
     meta["options"] = options;
     meta["tokenizer_kind"] = tokenizer.kind();
     const std::string tokenizer_blob = tokenizer.serialize();
 
     std::vector<TensorView> tensors;
     add_parameters(tensors, model);
-    for (const ParamTensor& tensor : model.layout.tensors) {
-        const size_t bytes = tensor.count() * state.element_bytes();
-        tensors.push_back({"adam.m." + tensor.name, moment_dtype(state), shape_of(tensor),
-                           state.m_bytes(tensor.offset), bytes});
-        tensors.push_back({"adam.v." + tensor.name, moment_dtype(state), shape_of(tensor),
-                           state.v_bytes(tensor.offset), bytes});
-    }
+    for (const ParamTensor& tensor : model.layout.tensors) add_moments(tensors, tensor, state.of(tensor));
     tensors.push_back({"tokenizer", "u8", {static_cast<int64_t>(tokenizer_blob.size())}, tokenizer_blob.data(),
                        tokenizer_blob.size()});
     save_checkpoint(path, meta, tensors);
@@ -101,16 +127,19 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     return loaded;
 }
 
-int load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {
+TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {
     CheckpointReader reader(path);
     check_kind(reader, path);
     read_parameters(reader, model);
-    for (const ParamTensor& tensor : model.layout.tensors) {
-        const size_t bytes = tensor.count() * state.element_bytes();
-        reader.read("adam.m." + tensor.name, moment_dtype(state), shape_of(tensor), state.m_bytes(tensor.offset), bytes);
-        reader.read("adam.v." + tensor.name, moment_dtype(state), shape_of(tensor), state.v_bytes(tensor.offset), bytes);
+    for (const ParamTensor& tensor : model.layout.tensors) read_moments(reader, tensor, state.of(tensor));
+    TrainingPosition position;
+    try {
+        position.step = reader.meta().at("step").get<int>();
+        position.previous_grad_norm = reader.meta().at("previous_grad_norm").get<double>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error("checkpoint " + path + ": step or previous_grad_norm missing from its metadata");
     }
-    return reader.meta().value("step", 0);
+    return position;
 }
 
 }  // namespace dqt

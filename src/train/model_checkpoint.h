@@ -11,8 +11,14 @@
 
 namespace dqt {
 
+// Where a run stands between two steps: what a resumed run needs besides weights and state.
+struct TrainingPosition {
+    int step = 0;                     // optimizer steps done
+    double previous_grad_norm = 0.0;  // the last step's gradient norm (fused updates clip with it)
+};
+
 // Written atomically (temp file, fsync, rename).
-void save_training_checkpoint(const std::string& path, const TrainOptions& options, int step,
+void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
                               const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer);
 
 struct LoadedModel {
@@ -25,8 +31,8 @@ struct LoadedModel {
 // Model and tokenizer only (eval, generate).
 LoadedModel load_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
-// config (resume); returns the step the checkpoint was written after.
-int load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);
+// config (resume); returns where the run stood.
+TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);
 // Options stored in a checkpoint.
 TrainOptions read_checkpoint_options(const std::string& path);
 

@@ -20,6 +20,9 @@ void TrainOptions::validate() const {
     require(adam.eps > 0, "--adam-eps must be positive");
     require(adam.weight_decay >= 0, "--weight-decay must not be negative");
     require(grad_clip >= 0, "--grad-clip must not be negative (0 disables clipping)");
+    require(!fused_update || grad_accum == 1,
+            "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
+            "that fused updates do without");
     require(eval_every >= 0, "--eval-every must not be negative");
     require(eval_tokens > 0, "--eval-tokens must be positive");
     require(log_every > 0, "--log-every must be positive");
@@ -43,6 +46,7 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"adam_eps", o.adam.eps},
                        {"weight_decay", o.adam.weight_decay},
                        {"grad_clip", o.grad_clip},
+                       {"fused_update", o.fused_update},
                        {"eval_every", o.eval_every},
                        {"eval_tokens", o.eval_tokens},
                        {"log_every", o.log_every},
@@ -68,6 +72,7 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.adam.eps = j.at("adam_eps").get<float>();
         o.adam.weight_decay = j.at("weight_decay").get<float>();
         o.grad_clip = j.at("grad_clip").get<float>();
+        o.fused_update = j.at("fused_update").get<bool>();
         o.eval_every = j.at("eval_every").get<int>();
         o.eval_tokens = j.at("eval_tokens").get<int64_t>();
         o.log_every = j.at("log_every").get<int>();

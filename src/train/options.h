@@ -27,6 +27,7 @@ struct TrainOptions {
     AdamWConfig adam;
     StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32 or bf16
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
+    bool fused_update = false;  // update each weight in the backward pass, no whole-model gradient
     int eval_every = 100;     // steps; 0 = only at the end
     int64_t eval_tokens = 131072;
     int log_every = 10;

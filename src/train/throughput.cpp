@@ -14,7 +14,8 @@ ThroughputResult measure_training_throughput(const ModelConfig& config, const Me
     method.validate();
     ModelParameters model(config, method);
     model.initialize(1);
-    OptimizerState adam(model.layout.total, optim_state);
+    OptimizerState adam(model.layout, optim_state);
+    GradientBuffer gradients(model.layout);
     Activations acts(config, batch, config.seq_len);
     const size_t tokens = static_cast<size_t>(batch) * config.seq_len;
     for (size_t i = 0; i < tokens; ++i) {
@@ -23,12 +24,12 @@ ThroughputResult measure_training_throughput(const ModelConfig& config, const Me
     }
     const AdamWConfig adam_config;
     auto one_step = [&](int step) {
-        model.zero_gradients();
+        gradients.zero();
         model_forward(model, acts, true);
-        model_backward(model, acts, 1.0f / static_cast<float>(tokens));
-        const double norm = gradient_global_norm(model);
-        if (norm > 1.0) scale_gradients(model, static_cast<float>(1.0 / norm));
-        optimizer_step(model, adam, adam_config, 1e-4f, step + 1, 1);
+        model_backward(model, acts, 1.0f / static_cast<float>(tokens), gradients);
+        const double norm = gradients.global_norm();
+        if (norm > 1.0) gradients.scale(static_cast<float>(1.0 / norm));
+        optimizer_step(model, gradients, adam, adam_config, 1e-4f, step + 1, 1);
     };
     for (int step = 0; step < warmup; ++step) one_step(step);
     const auto start = std::chrono::steady_clock::now();

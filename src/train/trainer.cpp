@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
+#include "optim/fused_update.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/evaluate.h"
@@ -76,15 +78,24 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
 
     ModelParameters model(options.model, options.method);
-    OptimizerState adam(model.layout.total, options.optim_state);
-    int start_step = 0;
+    OptimizerState adam(model.layout, options.optim_state);
+    TrainingPosition position;
     if (control.resume) {
-        start_step = load_training_state(checkpoint_path, model, adam);
+        position = load_training_state(checkpoint_path, model, adam);
     } else {
         model.initialize(options.seed);
         write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
     }
+    const int start_step = position.step;
     MetricsLog metrics(metrics_path_in(options.out_dir), !control.resume, start_step);
+    // A whole-model gradient buffer, or none at all with fused updates.
+    std::optional<GradientBuffer> gradients;
+    std::optional<FusedUpdater> fused;
+    if (options.fused_update) {
+        fused.emplace(model, adam, options.adam, options.seed);
+    } else {
+        gradients.emplace(model.layout);
+    }
 
     const int B = options.batch, T = options.model.seq_len;
     Activations acts(options.model, B, T);
@@ -101,6 +112,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
             std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
             " steps -> " + options.out_dir);
+        say(adam.describe(model.layout) +
+            (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
     } else {
         say("resuming " + options.out_dir + " at step " + std::to_string(start_step) + "/" +
             std::to_string(options.steps));
@@ -117,7 +130,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         return result;
     };
     auto save = [&](int step) {
-        save_training_checkpoint(checkpoint_path, options, step, model, adam, *data.tokenizer);
+        save_training_checkpoint(checkpoint_path, options, {step, position.previous_grad_norm}, model, adam,
+                                 *data.tokenizer);
     };
 
     InterruptGuard interrupt_guard;
@@ -128,21 +142,32 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     bool interrupted = false;
     while (step < options.steps) {
         const auto step_start = Clock::now();
-        model.zero_gradients();
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < options.grad_accum; ++micro) {
-            sample_sequences(data.train, options.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(micro) * B, B,
-                             T, acts.tokens.data(), acts.targets.data());
-            loss_sum += model_forward(model, acts, true);
-            model_backward(model, acts, grad_scale);
-        }
-        const double loss = loss_sum / static_cast<double>(options.tokens_per_step());
-        const double grad_norm = gradient_global_norm(model);
-        if (options.grad_clip > 0 && grad_norm > options.grad_clip) {
-            scale_gradients(model, static_cast<float>(options.grad_clip / grad_norm));
-        }
         const float lr = schedule.at(step);
-        optimizer_step(model, adam, options.adam, lr, step + 1, options.seed);
+        double loss_sum = 0.0;
+        double grad_norm = 0.0;
+        if (fused) {
+            // Each weight is updated inside the backward pass; clipping uses the last step's norm.
+            fused->begin_step(lr, step + 1, clip_factor(position.previous_grad_norm, options.grad_clip));
+            sample_sequences(data.train, options.seed, static_cast<uint64_t>(step), 0, B, T, acts.tokens.data(),
+                             acts.targets.data());
+            loss_sum = model_forward(model, acts, true);
+            model_backward(model, acts, grad_scale, *fused);
+            grad_norm = fused->gradient_norm();
+        } else {
+            gradients->zero();
+            for (int micro = 0; micro < options.grad_accum; ++micro) {
+                sample_sequences(data.train, options.seed, static_cast<uint64_t>(step),
+                                 static_cast<uint64_t>(micro) * B, B, T, acts.tokens.data(), acts.targets.data());
+                loss_sum += model_forward(model, acts, true);
+                model_backward(model, acts, grad_scale, *gradients);
+            }
+            grad_norm = gradients->global_norm();
+            const float factor = clip_factor(grad_norm, options.grad_clip);
+            if (factor != 1.0f) gradients->scale(factor);
+            optimizer_step(model, *gradients, adam, options.adam, lr, step + 1, options.seed);
+        }
+        position.previous_grad_norm = grad_norm;
+        const double loss = loss_sum / static_cast<double>(options.tokens_per_step());
         ++step;
         tokens_this_session += options.tokens_per_step();
 

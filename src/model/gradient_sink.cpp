@@ -1,0 +1,53 @@
+#include "model/gradient_sink.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+namespace dqt {
+
+int gradient_piece_rows(const ParamLayout& layout, const ParamTensor& tensor) {
+    if (tensor.role != TensorRole::embedding && tensor.role != TensorRole::head) return tensor.rows;
+    size_t largest_block_linear = 0;
+    for (const ParamTensor& other : layout.tensors) {
+        if (other.role == TensorRole::block_linear) largest_block_linear = std::max(largest_block_linear, other.count());
+    }
+    // Rows in steps of `unit`, so that every piece starts at a multiple of kGradientPieceAlign.
+    const size_t cols = static_cast<size_t>(tensor.cols);
+    const size_t unit = kGradientPieceAlign / std::gcd(cols, kGradientPieceAlign);
+    const size_t rows = std::max(unit, largest_block_linear / cols / unit * unit);
+    return static_cast<int>(std::min(rows, static_cast<size_t>(tensor.rows)));
+}
+
+GradientBuffer::GradientBuffer(const ParamLayout& layout) : data_(MemCategory::gradients, layout.total) {}
+
+void GradientBuffer::zero() { std::memset(data_.data(), 0, data_.bytes()); }
+
+double GradientBuffer::global_norm() const { return std::sqrt(sum_of_squares(data_.data(), data_.size())); }
+
+double sum_of_squares(const float* x, size_t count) {
+    constexpr size_t kChunk = 1 << 14;
+    const size_t chunks = (count + kChunk - 1) / kChunk;
+    std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+        const size_t end = std::min(count, (chunk + 1) * kChunk);
+        double sum = 0.0;
+        for (size_t i = chunk * kChunk; i < end; ++i) sum += static_cast<double>(x[i]) * x[i];
+        partial[chunk] = sum;
+    }
+    double sum = 0.0;
+    for (double value : partial) sum += value;
+    return sum;
+}
+
+void GradientBuffer::scale(float factor) {
+    float* g = data_.data();
+    const size_t total = data_.size();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < total; ++i) g[i] *= factor;
+}
+
+}  // namespace dqt

@@ -1,0 +1,55 @@
+#pragma once
+// Where model_backward puts each parameter's gradient. For every tensor, backward walks its
+// rows in pieces (gradient_piece_rows: the whole tensor, except the embedding and the lm_head,
+// which go in slices no larger than the largest block linear) and, per piece, calls acquire,
+// accumulates that piece's gradient of this micro-batch into the buffer it got, and calls
+// release: the piece's gradient is then complete. A sink may keep every gradient
+// (GradientBuffer) or update the weights at once and drop it (optim/fused_update.h).
+#include <cstddef>
+
+#include "core/memory.h"
+#include "model/parameters.h"
+
+namespace dqt {
+
+class GradientSink {
+public:
+    virtual ~GradientSink() = default;
+    // A buffer of (row_end - row_begin, tensor.cols) to accumulate into.
+    virtual float* acquire(const ParamTensor& tensor, int row_begin, int row_end) = 0;
+    virtual void release(const ParamTensor& tensor, int row_begin, int row_end) = 0;
+};
+
+// Rows per gradient piece of a tensor. Depends on the layout only, so every sink sees the same
+// pieces and computes the same bits. A piece of the embedding or head holds a multiple of
+// kGradientPieceAlign values (whole 8-bit optimizer-state blocks, whole packed code bytes).
+inline constexpr size_t kGradientPieceAlign = 256;
+int gradient_piece_rows(const ParamLayout& layout, const ParamTensor& tensor);
+
+// sum of x[i]^2 in double over fixed chunks in index order (same bits for any thread count).
+double sum_of_squares(const float* x, size_t count);
+
+// Every tensor's gradient in one flat fp32 array laid out by ParamTensor::offset (category
+// gradients): what global-norm clipping and gradient accumulation need. Accumulates across
+// backward passes until zero() is called.
+class GradientBuffer : public GradientSink {
+public:
+    explicit GradientBuffer(const ParamLayout& layout);
+    float* acquire(const ParamTensor& tensor, int row_begin, int) override {
+        return of(tensor) + static_cast<size_t>(row_begin) * tensor.cols;
+    }
+    void release(const ParamTensor&, int, int) override {}
+
+    float* of(const ParamTensor& tensor) const { return data_.data() + tensor.offset; }
+    const Array<float>& values() const { return data_; }
+    void zero();
+    // L2 norm of all gradients, summed in fixed chunks in index order (same bits for any
+    // thread count).
+    double global_norm() const;
+    void scale(float factor);
+
+private:
+    Array<float> data_;  // (layout.total)
+};
+
+}  // namespace dqt

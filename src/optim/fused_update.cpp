@@ -1,0 +1,48 @@
+#include "optim/fused_update.h"
+
+#include <cmath>
+
+namespace dqt {
+
+FusedUpdater::FusedUpdater(ModelParameters& model, OptimizerState& state, const AdamWConfig& config, uint64_t seed)
+    : model_(model), state_(state), config_(config), seed_(seed) {}
+
+void FusedUpdater::begin_step(float lr, int64_t t, float gradient_factor) {
+    lr_ = lr;
+    t_ = t;
+    factor_ = gradient_factor;
+    sum_squares_ = 0.0;
+}
+
+float* FusedUpdater::acquire(const ParamTensor& tensor, int row_begin, int row_end) {
+    // The first piece of a tensor starts its update, which reads the tensor as it is before
+    // the step (the DQT scale).
+    if (row_begin == 0) update_.emplace(model_, tensor, state_, config_, lr_, t_, seed_);
+    piece_ = Array<float>(MemCategory::gradients, static_cast<size_t>(row_end - row_begin) * tensor.cols);
+    return piece_.data();
+}
+
+void FusedUpdater::release(const ParamTensor& tensor, int row_begin, int row_end) {
+    float* g = piece_.data();
+    const size_t count = piece_.size();
+    sum_squares_ += sum_of_squares(g, count);
+    if (factor_ != 1.0f) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < count; ++i) g[i] *= factor_;
+    }
+    const size_t first = static_cast<size_t>(row_begin) * tensor.cols;
+    update_->apply(g, first, first + count);
+    if (row_end == tensor.rows) {
+        update_->finish();
+        update_.reset();
+    }
+    piece_ = Array<float>();
+}
+
+double FusedUpdater::gradient_norm() const { return std::sqrt(sum_squares_); }
+
+float clip_factor(double norm, float clip) {
+    return clip > 0.0f && norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+}
+
+}  // namespace dqt

@@ -1,0 +1,49 @@
+#pragma once
+// Fused backward and update: the optimizer updates each piece of a parameter as soon as the
+// backward pass has completed its gradient, then frees it. No gradient buffer for the whole
+// model ever exists: the largest gradient alive is one piece, at most the size of the largest
+// block linear (model/gradient_sink.h). Needs one micro-batch per step (accumulating over
+// micro-batches needs the whole gradient until the last one).
+//
+// Clipping: the step's global gradient norm is known only after its last update, so the
+// clipping factor of step t comes from the norm of step t - 1: gradients are multiplied by
+// min(1, clip / previous_norm). The first step is not clipped (its learning rate is the
+// smallest of the warm-up anyway).
+#include <cstdint>
+#include <optional>
+
+#include "core/memory.h"
+#include "model/gradient_sink.h"
+#include "optim/optimizer.h"
+
+namespace dqt {
+
+class FusedUpdater : public GradientSink {
+public:
+    FusedUpdater(ModelParameters& model, OptimizerState& state, const AdamWConfig& config, uint64_t seed);
+
+    // Before each backward pass: the learning rate, the 1-based step, and the factor every
+    // gradient is multiplied by before its update (clipping).
+    void begin_step(float lr, int64_t t, float gradient_factor);
+    float* acquire(const ParamTensor& tensor, int row_begin, int row_end) override;
+    void release(const ParamTensor& tensor, int row_begin, int row_end) override;
+    // L2 norm of this step's gradients before the factor, summed piece by piece in backward order.
+    double gradient_norm() const;
+
+private:
+    ModelParameters& model_;
+    OptimizerState& state_;
+    AdamWConfig config_;
+    uint64_t seed_;
+    float lr_ = 0.0f;
+    int64_t t_ = 0;
+    float factor_ = 1.0f;
+    double sum_squares_ = 0.0;
+    Array<float> piece_;                  // (rows of the piece, cols) category gradients
+    std::optional<TensorUpdate> update_;  // the tensor whose pieces are being updated
+};
+
+// The clipping factor for a norm: clip / norm when norm exceeds clip (clip > 0), else 1.
+float clip_factor(double norm, float clip);
+
+}  // namespace dqt

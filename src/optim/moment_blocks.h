@@ -1,0 +1,52 @@
+#pragma once
+// Runs an element-wise update over a tensor's moments in parallel blocks, whatever their
+// storage: kernel(first, last, m, v) gets m and v pointing at element `first`, as float*
+// (fp32 state, or an 8-bit block dequantized into a local array and quantized back after) or
+// uint16_t* (bf16, converted per element by load_moment / store_moment). Blocks are multiples
+// of 4 elements (one packed ternary byte) and of kStateBlock, and each element's result depends
+// only on its own inputs, so the split never changes a bit of the result.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "optim/optimizer_state.h"
+#include "quant/dynamic8.h"
+
+namespace dqt {
+
+// Elements [range_first, range_last) of the tensor; range_first must be a multiple of
+// kStateBlock (model/gradient_sink.h pieces are).
+template <typename Kernel>
+void for_each_moment_block(TensorMoments& moments, size_t range_first, size_t range_last, Kernel&& kernel) {
+    if (moments.dtype == StateDtype::q8) {
+        const size_t first_block = range_first / kStateBlock;
+        const size_t blocks = (range_last - range_first + kStateBlock - 1) / kStateBlock;
+        uint8_t* m_codes = moments.m.as<uint8_t>();
+        uint8_t* v_codes = moments.v.as<uint8_t>();
+#pragma omp parallel for schedule(static)
+        for (size_t k = 0; k < blocks; ++k) {
+            const size_t block = first_block + k;
+            const size_t first = block * kStateBlock, n = std::min(kStateBlock, range_last - first);
+            float m[kStateBlock], v[kStateBlock];
+            dequantize_block8(m, m_codes + first, n, moments.m_absmax[block], dynamic_map_signed());
+            dequantize_block8(v, v_codes + first, n, moments.v_absmax[block], dynamic_map_unsigned());
+            kernel(first, first + n, m, v);
+            moments.m_absmax[block] = quantize_block8(m_codes + first, m, n, dynamic_map_signed());
+            moments.v_absmax[block] = quantize_block8(v_codes + first, v, n, dynamic_map_unsigned());
+        }
+        return;
+    }
+    constexpr size_t kChunk = 16 * kStateBlock;  // 4096 elements of parallel work
+    const size_t chunks = (range_last - range_first + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+        const size_t first = range_first + chunk * kChunk, last = std::min(range_last, first + kChunk);
+        if (moments.dtype == StateDtype::fp32) {
+            kernel(first, last, moments.m.as<float>() + first, moments.v.as<float>() + first);
+        } else {
+            kernel(first, last, moments.m.as<uint16_t>() + first, moments.v.as<uint16_t>() + first);
+        }
+    }
+}
+
+}  // namespace dqt
