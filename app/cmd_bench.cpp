@@ -19,22 +19,20 @@ struct BenchTrainArgs {
     int steps = 20;
     int warmup = 3;
     int threads = 0;
+    bool fused_update = false;
     bool json = false;
 };
-}  // namespace
 
-void add_bench_command(CLI::App& app) {
-    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train");
-    bench->require_subcommand(1);
-
+void add_bench_train_command(CLI::App& bench) {
     auto args = std::make_shared<BenchTrainArgs>();
-    CLI::App* train = bench->add_subcommand(
+    CLI::App* train = bench.add_subcommand(
         "train", "training throughput of the reference config (dim 256, 4 layers, 4 heads, FFN 688, seq 256, batch 8)");
     add_model_flags(*train, args->model_flags, args->config_path);
     add_method_flags(*train, args->method_flags);
     train->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
     train->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
     train->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+    train->add_flag("--fused-update", args->fused_update, "update each weight inside the backward pass");
     add_threads_flag(*train, args->threads);
     train->add_flag("--json", args->json, "print one JSON object");
     train->callback([train, args] {
@@ -42,14 +40,15 @@ void add_bench_command(CLI::App& app) {
         const ModelConfig config = resolve_model_config(*train, args->model_flags, args->config_path, ModelConfig{});
         const MethodConfig method = resolve_method_config(*train, args->method_flags);
         const StateDtype optim_state = resolve_optim_state(args->method_flags);
-        const ThroughputResult result =
-            measure_training_throughput(config, method, optim_state, args->batch, args->steps, args->warmup);
+        const ThroughputResult result = measure_training_throughput(
+            {config, method, optim_state, args->fused_update, args->batch, args->steps, args->warmup});
         const double peak = measure_gemm_peak_gflops(num_threads());
         const nlohmann::json record = {{"bench", "train"},
                                        {"threads", num_threads()},
                                        {"method", method.label()},
                                        {"optim_state", state_dtype_bits(optim_state)},
                                        {"compute_dtype", compute_dtype_name(method.compute)},
+                                       {"fused_update", args->fused_update},
                                        {"parameters", config.parameter_count()},
                                        {"batch", args->batch},
                                        {"seq_len", config.seq_len},
@@ -70,6 +69,15 @@ void add_bench_command(CLI::App& app) {
         std::printf("  %.1f GFLOP/s achieved, GEMM peak %.1f GFLOP/s measured here: %.0f%% of peak\n", result.gflops,
                     peak, 100.0 * result.gflops / peak);
     });
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train, memory");
+    bench->require_subcommand(1);
+    add_bench_train_command(*bench);
+    add_bench_memory_command(*bench);
 }
 
 }  // namespace dqt::cli

@@ -12,7 +12,7 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
     command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
     command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
     command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
-    command.add_option("--optim-state", f.optim_state, "Adam moments: 32 (fp32) or 16 (bf16) bits")
+    command.add_option("--optim-state", f.optim_state, "Adam moments: 32 (fp32), 16 (bf16) or 8 (block-wise 8-bit) bits")
         ->capture_default_str();
 }
 

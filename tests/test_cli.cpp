@@ -133,6 +133,8 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "--quantize-embedding needs --method dqt");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compute-dtype fp8"), "unknown compute dtype 'fp8'");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --optim-state 4"), "--optim-state 4 is not supported");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --fused-update --grad-accum 2"),
+                          "--fused-update needs --grad-accum 1");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
 }
 
@@ -148,4 +150,20 @@ TEST(Cli, EvalTernaryReportsBothLosses) {
     EXPECT_NE(eval.output.find("with ternary weights"), std::string::npos) << eval.output;
     ASSERT_EQ(run_dqt(tiny_train_args(fp_run) + " --steps 3 --no-sample").exit_code, 0);
     expect_one_line_error(run_dqt("eval " + fp_run + "/checkpoint.dqt --ternary"), "needs a bitnet or dqt checkpoint");
+}
+
+// The memory benchmark runs every case in a child process and tabulates them; a tiny model
+// keeps it fast here (the real run uses the paper's 130M model).
+TEST(Cli, BenchMemoryTabulatesEveryCase) {
+    TempDir root("cli-bench-memory");
+    write_bytes(root / "tiny.json",
+                "{\"dim\": 32, \"n_layers\": 1, \"n_heads\": 2, \"ffn_dim\": 64, \"seq_len\": 16, "
+                "\"vocab_size\": 300}");
+    const CommandResult result = run_dqt("bench memory --steps 1 --threads 1 --config " + (root / "tiny.json"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    for (const char* row : {"| fp, fp32 AdamW |", "| bitnet, fp32 AdamW |", "| dqt ternary, 8-bit state, fused updates |"}) {
+        EXPECT_NE(result.output.find(row), std::string::npos) << row << " missing from:\n" << result.output;
+    }
+    expect_one_line_error(run_dqt("bench memory --case nope --config " + (root / "tiny.json")),
+                          "unknown memory case 'nope'");
 }

@@ -270,7 +270,9 @@ TEST(DqtStorage, WeightsCategoryIsTheCodesOnly) {
         EXPECT_LT(model.layout.value_total, norm_floats + 16 * tensors);
         const int64_t weights = memory_live_bytes(MemCategory::weights) - weights_before;
         EXPECT_EQ(weights, static_cast<int64_t>(model.codes.bytes() + model.values.bytes() + model.scales.bytes()));
-        if (bits == 1) EXPECT_LT(weights, config.parameter_count() / 2);  // far below 4 bytes per weight
+        if (bits == 1) {
+            EXPECT_LT(weights, config.parameter_count() / 2);  // far below 4 bytes per weight
+        }
 
         Activations acts(config, 2, config.seq_len);
         for (size_t i = 0; i < acts.tokens.size(); ++i) {

@@ -94,8 +94,9 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
     }
 }
 
-// 8-bit state, one step from zero: the moments stored are the block-wise quantization of the
-// float64 moments, and the weights equal the reference fed those quantized moments.
+// 8-bit state, one step from zero: the weights follow the float64 step (the moments enter the
+// update before they are stored), and the stored codes are the block-wise quantization of m
+// and of sqrt(v).
 TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -125,8 +126,9 @@ TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
         w_ref[i] -= lr * (m[i] / bias1) / (std::sqrt(v[i] / bias2) + config.eps);
     }
     for (size_t i = 0; i < count; ++i) ASSERT_NEAR(w[i], w_ref[i], 1e-6) << i;
-    std::vector<double> m_q = m, v_q = v;
+    std::vector<double> m_q = m, v_q(count);
     quantize_dequantize_reference(m_q.data(), count, dynamic_map_signed());
+    for (size_t i = 0; i < count; ++i) v_q[i] = std::sqrt(v[i]);  // stored as sqrt(v)
     quantize_dequantize_reference(v_q.data(), count, dynamic_map_unsigned());
     std::vector<float> m_stored(count), v_stored(count);
     for (size_t block = 0; block < moments.blocks(); ++block) {
@@ -138,12 +140,13 @@ TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
     }
     for (size_t i = 0; i < count; ++i) {
         ASSERT_NEAR(m_stored[i], m_q[i], 1e-6 * std::fabs(m_q[i]) + 1e-12) << "m " << i;
-        ASSERT_NEAR(v_stored[i], v_q[i], 1e-6 * std::fabs(v_q[i]) + 1e-15) << "v " << i;
+        ASSERT_NEAR(v_stored[i], v_q[i], 1e-6 * std::fabs(v_q[i]) + 1e-12) << "sqrt(v) " << i;
     }
 }
 
 // 8-bit state over twenty steps stays close to the float64 optimizer: the weights' total
-// movement differs by a few percent at most (relative L2), the price of 8-bit moments.
+// movement differs by a few percent at most (relative L2), the price of 8-bit moments. The
+// gradients of a block span two decades, so small entries of v are exercised.
 TEST(Optim, EightBitStateTracksFloat64AdamW) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -159,7 +162,10 @@ TEST(Optim, EightBitStateTracksFloat64AdamW) {
     std::vector<double> w0(w.begin(), w.end()), w_ref = w0, m(count, 0.0), v(count, 0.0), g_ref(count);
     AdamWConfig config;
     for (int t = 1; t <= 20; ++t) {
-        for (size_t i = 0; i < count; ++i) g_ref[i] = g[i] = 0.01f * (direction[i] + 0.5f * normal(rng));
+        for (size_t i = 0; i < count; ++i) {
+            const float magnitude = std::pow(10.0f, -2.0f * static_cast<float>(i % 97) / 96.0f);
+            g_ref[i] = g[i] = 0.01f * magnitude * (direction[i] + 0.5f * normal(rng));
+        }
         AdamWStep(config, 1e-3f, t, true).apply(w.data(), g.data(), moments, 0, count);
         adamw_reference(w_ref.data(), m.data(), v.data(), g_ref.data(), count, true, config, 1e-3, t);
     }
@@ -168,7 +174,7 @@ TEST(Optim, EightBitStateTracksFloat64AdamW) {
         moved += (w_ref[i] - w0[i]) * (w_ref[i] - w0[i]);
         error += (w[i] - w_ref[i]) * (w[i] - w_ref[i]);
     }
-    EXPECT_LT(std::sqrt(error / moved), 0.03);
+    EXPECT_LT(std::sqrt(error / moved), 0.05);  // about 0.03 measured
 }
 
 TEST(Optim, StateKeepsSmallTensorsInFp32AndSaysSo) {

@@ -1,6 +1,7 @@
 // Weight codes, rounding and the quantizers of bitnet and dqt (src/quant/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "quant/activation_quant.h"
 #include "quant/bf16.h"
 #include "quant/codes.h"
+#include "quant/dynamic8.h"
 #include "quant/rounding.h"
 #include "quant/ternary.h"
 
@@ -161,4 +163,66 @@ TEST(QuantBf16, RoundsToNearestEven) {
         const float x = any(rng);
         EXPECT_LE(std::fabs(round_to_bf16(x) - x), std::fabs(x) / 256.0f);
     }
+}
+
+TEST(QuantDynamic8, MapsAreSortedAndSpanTheUnitInterval) {
+    for (const DynamicMap* map : {&dynamic_map_signed(), &dynamic_map_unsigned()}) {
+        for (int i = 1; i < 256; ++i) ASSERT_LT(map->values[i - 1], map->values[i]);
+        EXPECT_EQ(map->values[255], 1.0f);
+        EXPECT_NE(std::find(map->values.begin(), map->values.end(), 0.0f), map->values.end());
+    }
+    EXPECT_EQ(dynamic_map_unsigned().values[0], 0.0f);
+    EXPECT_LT(dynamic_map_signed().values[0], -0.99f);
+    // Small magnitudes survive: 1e-5 of the block maximum is not flushed to zero but kept
+    // within a factor of two (a linear 8-bit code would round it to 0).
+    const auto& map = dynamic_map_signed();
+    const float kept = map.values[nearest_code_reference(1.234e-5f, map)];
+    EXPECT_GT(kept, 1.234e-5f / 2);
+    EXPECT_LT(kept, 1.234e-5f * 2);
+}
+
+// quantize_block8 picks the nearest map entry of x / absmax (the linear-scan reference), so the
+// error is at most half the largest gap between neighbouring entries: 0.0071 x absmax for the
+// signed map, 0.0036 x absmax for the unsigned one.
+TEST(QuantDynamic8, BlockQuantizationPicksTheNearestEntryWithinTheStatedBound) {
+    const uint64_t seed = std::random_device{}();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const bool is_signed : {true, false}) {
+        const DynamicMap& map = is_signed ? dynamic_map_signed() : dynamic_map_unsigned();
+        const float bound = is_signed ? 0.0071f : 0.0036f;
+        for (const float scale : {1e-8f, 1e-3f, 1.0f, 300.0f}) {
+            const size_t n = 257;
+            std::vector<float> x(n), back(n);
+            for (size_t i = 0; i < n; ++i) {
+                // Magnitudes over seven decades, as Adam's moments have.
+                const float value = scale * std::pow(10.0f, -6.0f * std::uniform_real_distribution<float>(0, 1)(rng));
+                x[i] = is_signed ? (normal(rng) < 0 ? -value : value) : value;
+            }
+            std::vector<uint8_t> codes(n);
+            const float absmax = quantize_block8(codes.data(), x.data(), n, map);
+            dequantize_block8(back.data(), codes.data(), n, absmax, map);
+            float expected_absmax = 0.0f;
+            for (float value : x) expected_absmax = std::max(expected_absmax, std::fabs(value));
+            ASSERT_EQ(absmax, expected_absmax);
+            for (size_t i = 0; i < n; ++i) {
+                const float normalized = x[i] * (1.0f / absmax);
+                const uint8_t reference = nearest_code_reference(normalized, map);
+                // Equal codes, or a tie within float rounding of a threshold.
+                if (codes[i] != reference) {
+                    ASSERT_NEAR(std::fabs(map.values[codes[i]] - normalized), std::fabs(map.values[reference] - normalized),
+                                1e-6f)
+                        << i;
+                }
+                ASSERT_LE(std::fabs(back[i] - x[i]), bound * absmax) << i;
+            }
+        }
+    }
+    // An all-zero block stays zero.
+    std::vector<float> zeros(10, 0.0f), back(10, 1.0f);
+    std::vector<uint8_t> codes(10);
+    const float absmax = quantize_block8(codes.data(), zeros.data(), 10, dynamic_map_signed());
+    dequantize_block8(back.data(), codes.data(), 10, absmax, dynamic_map_signed());
+    for (float value : back) EXPECT_EQ(value, 0.0f);
 }

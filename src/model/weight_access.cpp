@@ -1,30 +1,39 @@
 #include "model/weight_access.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
+#include "model/gradient_sink.h"
 #include "quant/activation_quant.h"
 #include "quant/bf16.h"
 #include "quant/ternary.h"
 
 namespace dqt {
 
-DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor) {
+DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor)
+    : DenseWeight(model, tensor, 0, tensor.rows) {}
+
+DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor, int row_begin, int row_end) {
     const bool bf16 = model.method.compute == ComputeDtype::bf16;
+    const size_t first = static_cast<size_t>(row_begin) * tensor.cols;
     if (tensor.storage == TensorStorage::f32 && !tensor.quantized && !bf16) {
-        data_ = model.value(tensor);
+        data_ = model.value(tensor) + first;
         return;
     }
-    const size_t count = tensor.count();
+    const size_t count = static_cast<size_t>(row_end - row_begin) * tensor.cols;
     scratch_ = Array<float>(MemCategory::scratch, count);
     if (tensor.storage == TensorStorage::codes) {
-        model.read_dense(tensor, scratch_.data());
+        dequantize_codes(scratch_.data(), model.code(tensor) + code_bytes(model.method.grid, first), count,
+                         model.method.grid, model.scale(tensor));
     } else if (tensor.quantized) {
-        absmean_ternarize(scratch_.data(), model.value(tensor), count);
+        // gamma is the whole tensor's mean |W|, whichever rows are read.
+        const float gamma = static_cast<float>(mean_abs(model.value(tensor), tensor.count()));
+        ternarize_with_gamma(scratch_.data(), model.value(tensor) + first, count, gamma);
     } else {
-        std::memcpy(scratch_.data(), model.value(tensor), count * sizeof(float));
+        std::memcpy(scratch_.data(), model.value(tensor) + first, count * sizeof(float));
     }
     if (bf16) round_to_bf16_in_place(scratch_.data(), count);
     data_ = scratch_.data();
@@ -35,10 +44,31 @@ void prepare_linear_input(const ModelParameters& model, const ParamTensor& weigh
     if (model.method.compute == ComputeDtype::bf16) round_to_bf16_in_place(in, static_cast<size_t>(rows) * weight.cols);
 }
 
+namespace {
+
+// Rows per slice in which a weight is read: a quantized embedding-sized weight in
+// gradient-piece slices (its dense copy would be as large as an fp32 weight), others whole.
+int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
+    return weight.quantized ? gradient_piece_rows(model.layout, weight) : weight.rows;
+}
+
+}  // namespace
+
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
                            int rows) {
-    const DenseWeight w(model, weight);
-    linear_forward(out, in, w.data(), rows, weight.cols, weight.rows);
+    const int slice = read_slice_rows(model, weight);
+    if (slice >= weight.rows) {
+        const DenseWeight w(model, weight);
+        linear_forward(out, in, w.data(), rows, weight.cols, weight.rows);
+        return;
+    }
+    for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
+        const int row_end = std::min(weight.rows, row_begin + slice);
+        const DenseWeight w(model, weight, row_begin, row_end);
+        // out[:, row_begin:row_end] = in · W[row_begin:row_end]^T
+        gemm(false, true, rows, row_end - row_begin, weight.cols, 1.0f, in, weight.cols, w.data(), weight.cols, 0.0f,
+             out + row_begin, weight.rows);
+    }
 }
 
 namespace {
@@ -65,10 +95,15 @@ private:
 
 void weight_linear_backward_input(const ModelParameters& model, const ParamTensor& weight, float* din,
                                   const float* dout, int rows) {
-    const DenseWeight w(model, weight);
     const BackwardOperand d(model, dout, static_cast<size_t>(rows) * weight.rows);
-    gemm(false, false, rows, weight.cols, weight.rows, 1.0f, d.data(), weight.rows, w.data(), weight.cols, 1.0f, din,
-         weight.cols);
+    const int slice = read_slice_rows(model, weight);
+    for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
+        const int row_end = std::min(weight.rows, row_begin + slice);
+        const DenseWeight w(model, weight, row_begin, row_end);
+        // din += dout[:, row_begin:row_end] · W[row_begin:row_end]
+        gemm(false, false, rows, weight.cols, row_end - row_begin, 1.0f, d.data() + row_begin, weight.rows, w.data(),
+             weight.cols, 1.0f, din, weight.cols);
+    }
 }
 
 void weight_linear_backward_weight(const ModelParameters& model, const ParamTensor& weight, float* dweight,

@@ -15,6 +15,9 @@ namespace dqt {
 class DenseWeight {
 public:
     DenseWeight(const ModelParameters& model, const ParamTensor& tensor);
+    // Rows [row_begin, row_end) only, (row_end - row_begin, cols); row_begin * cols must be a
+    // multiple of 4 (whole packed ternary bytes).
+    DenseWeight(const ModelParameters& model, const ParamTensor& tensor, int row_begin, int row_end);
     const float* data() const { return data_; }
 
 private:
@@ -27,7 +30,8 @@ private:
 // then bf16 rounding under bf16 compute. Call once per input, before the linears reading it.
 void prepare_linear_input(const ModelParameters& model, const ParamTensor& weight, float* in, int rows);
 
-// out (rows, weight.rows) = in (rows, weight.cols) · W^T.
+// out (rows, weight.rows) = in (rows, weight.cols) · W^T. A quantized embedding-sized weight
+// (the lm_head) is read in slices of gradient_piece_rows, so its dense copy stays small.
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
                            int rows);
 

@@ -6,6 +6,7 @@
 // of 4 elements (one packed ternary byte) and of kStateBlock, and each element's result depends
 // only on its own inputs, so the split never changes a bit of the result.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,9 +29,12 @@ void for_each_moment_block(TensorMoments& moments, size_t range_first, size_t ra
             const size_t block = first_block + k;
             const size_t first = block * kStateBlock, n = std::min(kStateBlock, range_last - first);
             float m[kStateBlock], v[kStateBlock];
+            // v is stored as sqrt(v) (optimizer_state.h says why).
             dequantize_block8(m, m_codes + first, n, moments.m_absmax[block], dynamic_map_signed());
             dequantize_block8(v, v_codes + first, n, moments.v_absmax[block], dynamic_map_unsigned());
+            for (size_t i = 0; i < n; ++i) v[i] *= v[i];
             kernel(first, first + n, m, v);
+            for (size_t i = 0; i < n; ++i) v[i] = std::sqrt(v[i]);
             moments.m_absmax[block] = quantize_block8(m_codes + first, m, n, dynamic_map_signed());
             moments.v_absmax[block] = quantize_block8(v_codes + first, v, n, dynamic_map_unsigned());
         }

@@ -2,8 +2,11 @@
 // Adam's two moments for every parameter tensor, stored as --optim-state asks:
 //   32: fp32;  16: bf16 (round to nearest even);
 //   8:  block-wise 8-bit (quant/dynamic8.h), blocks of kStateBlock values, one fp32 absmax per
-//       block and moment. Tensors under kSmallTensor values (norm gains) keep fp32 state: they
-//       are a negligible share of the memory and the most sensitive to noise.
+//       block and moment: m with the signed dynamic map, and sqrt(v), not v, with the unsigned
+//       one. v spans the square of m's dynamic range; quantized directly, its small entries
+//       flush to zero while m's do not, and m / (sqrt(v) + eps) explodes (measured on real
+//       moments: docs/results.md). Tensors under kSmallTensor values (norm gains) keep fp32
+//       state: a negligible share of the memory.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,7 +29,7 @@ inline constexpr size_t kSmallTensor = 4096;   // below this, 8-bit requests kee
 struct TensorMoments {
     StateDtype dtype = StateDtype::fp32;
     size_t count = 0;
-    Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes; category optimizer
+    Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes (of m and sqrt(v)); category optimizer
     Array<float> m_absmax, v_absmax;  // (blocks) 8-bit only; category optimizer
 
     TensorMoments(size_t count, StateDtype dtype);

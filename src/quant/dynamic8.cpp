@@ -1,12 +1,23 @@
 #include "quant/dynamic8.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
 namespace dqt {
 
 namespace {
+
+// An unsigned key that orders like the floats (negative floats reversed below the positive).
+inline uint32_t order_key(float x) {
+    const uint32_t bits = std::bit_cast<uint32_t>(x);
+    return bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+}
+
+inline float from_order_key(uint32_t key) {
+    return std::bit_cast<float>(key & 0x80000000u ? key & 0x7fffffffu : ~key);
+}
 
 DynamicMap build_map(bool is_signed) {
     std::vector<double> values = {0.0, 1.0};
@@ -24,22 +35,22 @@ DynamicMap build_map(bool is_signed) {
     DynamicMap map;
     for (int i = 0; i < 256; ++i) map.values[i] = static_cast<float>(values[static_cast<size_t>(i)]);
     for (int i = 0; i < 255; ++i) map.thresholds[i] = (map.values[i] + map.values[i + 1]) / 2.0f;
+    map.bucket_start.resize(65536);
+    for (uint32_t bucket = 0; bucket < 65536; ++bucket) {
+        const float smallest = from_order_key(bucket << 16);  // the least float of the bucket
+        const auto below = std::lower_bound(map.thresholds.begin(), map.thresholds.end(), smallest);
+        // NaN buckets compare false everywhere; any start is fine for them.
+        map.bucket_start[bucket] = static_cast<uint8_t>(below - map.thresholds.begin());
+    }
     return map;
 }
 
-// Index of the first threshold >= x, by binary search: the nearest value's code (a value
-// exactly on a threshold goes to the lower entry).
+// Index of the first threshold >= x: the nearest value's code (a value exactly on a
+// threshold goes to the lower entry).
 inline uint8_t nearest_code(float x, const DynamicMap& map) {
-    int lo = 0, hi = 255;  // answer in [lo, hi]
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (map.thresholds[mid] < x) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return static_cast<uint8_t>(lo);
+    int code = map.bucket_start[order_key(x) >> 16];
+    while (code < 255 && map.thresholds[static_cast<size_t>(code)] < x) ++code;
+    return static_cast<uint8_t>(code);
 }
 
 }  // namespace

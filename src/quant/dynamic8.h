@@ -11,12 +11,17 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace dqt {
 
 struct DynamicMap {
     std::array<float, 256> values;      // ascending
     std::array<float, 255> thresholds;  // midpoints between neighbours: code = #thresholds below x
+    // For the top 16 bits of a float's order-preserving key: the number of thresholds below
+    // every float with those bits. Quantizing starts there and steps up past the one or two
+    // thresholds left, instead of a binary search over all 255.
+    std::vector<uint8_t> bucket_start;  // (65536)
 };
 
 const DynamicMap& dynamic_map_signed();

@@ -24,10 +24,14 @@ double mean_abs(const float* w, size_t count) {
 
 float absmean_ternarize(float* out, const float* w, size_t count) {
     const float gamma = static_cast<float>(mean_abs(w, count));
+    ternarize_with_gamma(out, w, count, gamma);
+    return gamma;
+}
+
+void ternarize_with_gamma(float* out, const float* w, size_t count, float gamma) {
     const float inv = 1.0f / (gamma + kTernaryEps);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < count; ++i) out[i] = std::clamp(std::nearbyint(w[i] * inv), -1.0f, 1.0f) * gamma;
-    return gamma;
 }
 
 }  // namespace dqt

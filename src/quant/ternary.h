@@ -14,4 +14,7 @@ double mean_abs(const float* w, size_t count);
 // out = Wq of w (both (count)); returns gamma.
 float absmean_ternarize(float* out, const float* w, size_t count);
 
+// out = clip(round(w / (gamma + eps)), -1, 1) * gamma for part of a tensor whose gamma is known.
+void ternarize_with_gamma(float* out, const float* w, size_t count, float gamma);
+
 }  // namespace dqt

@@ -1,10 +1,21 @@
 #pragma once
-// Training-step throughput on random tokens (no dataset needed): the `dqt bench train` core.
+// Training-step throughput on random tokens (no dataset needed): the core of `dqt bench
+// train` and `dqt bench memory`. The memory ledger's peaks afterwards are the run's.
 #include "model/config.h"
 #include "model/method.h"
 #include "optim/optimizer_state.h"
 
 namespace dqt {
+
+struct ThroughputSetup {
+    ModelConfig model;
+    MethodConfig method;
+    StateDtype optim_state = StateDtype::fp32;
+    bool fused_update = false;
+    int batch = 8;
+    int steps = 20;   // timed
+    int warmup = 3;   // untimed, first
+};
 
 struct ThroughputResult {
     double tokens_per_second = 0.0;
@@ -13,9 +24,7 @@ struct ThroughputResult {
     int steps = 0;
 };
 
-// Times `steps` full optimizer steps (forward, backward, clip norm, update) of the given
-// method after `warmup` untimed ones.
-ThroughputResult measure_training_throughput(const ModelConfig& config, const MethodConfig& method,
-                                             StateDtype optim_state, int batch, int steps, int warmup);
+// Times full optimizer steps (forward, backward, clipping at norm 1, update).
+ThroughputResult measure_training_throughput(const ThroughputSetup& setup);
 
 }  // namespace dqt

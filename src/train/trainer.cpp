@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -15,14 +14,13 @@
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
-#include "optim/fused_update.h"
-#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/evaluate.h"
 #include "train/memory_report.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
+#include "train/training_step.h"
 
 namespace dqt {
 
@@ -88,14 +86,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     }
     const int start_step = position.step;
     MetricsLog metrics(metrics_path_in(options.out_dir), !control.resume, start_step);
-    // A whole-model gradient buffer, or none at all with fused updates.
-    std::optional<GradientBuffer> gradients;
-    std::optional<FusedUpdater> fused;
-    if (options.fused_update) {
-        fused.emplace(model, adam, options.adam, options.seed);
-    } else {
-        gradients.emplace(model.layout);
-    }
+    TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed);
+    training_step.previous_grad_norm = position.previous_grad_norm;
 
     const int B = options.batch, T = options.model.seq_len;
     Activations acts(options.model, B, T);
@@ -130,7 +122,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         return result;
     };
     auto save = [&](int step) {
-        save_training_checkpoint(checkpoint_path, options, {step, position.previous_grad_norm}, model, adam,
+        save_training_checkpoint(checkpoint_path, options, {step, training_step.previous_grad_norm}, model, adam,
                                  *data.tokenizer);
     };
 
@@ -143,38 +135,19 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     while (step < options.steps) {
         const auto step_start = Clock::now();
         const float lr = schedule.at(step);
-        double loss_sum = 0.0;
-        double grad_norm = 0.0;
-        if (fused) {
-            // Each weight is updated inside the backward pass; clipping uses the last step's norm.
-            fused->begin_step(lr, step + 1, clip_factor(position.previous_grad_norm, options.grad_clip));
-            sample_sequences(data.train, options.seed, static_cast<uint64_t>(step), 0, B, T, acts.tokens.data(),
-                             acts.targets.data());
-            loss_sum = model_forward(model, acts, true);
-            model_backward(model, acts, grad_scale, *fused);
-            grad_norm = fused->gradient_norm();
-        } else {
-            gradients->zero();
-            for (int micro = 0; micro < options.grad_accum; ++micro) {
+        const TrainingStep::Result result =
+            training_step.run(acts, options.grad_accum, grad_scale, lr, step + 1, [&](int micro) {
                 sample_sequences(data.train, options.seed, static_cast<uint64_t>(step),
                                  static_cast<uint64_t>(micro) * B, B, T, acts.tokens.data(), acts.targets.data());
-                loss_sum += model_forward(model, acts, true);
-                model_backward(model, acts, grad_scale, *gradients);
-            }
-            grad_norm = gradients->global_norm();
-            const float factor = clip_factor(grad_norm, options.grad_clip);
-            if (factor != 1.0f) gradients->scale(factor);
-            optimizer_step(model, *gradients, adam, options.adam, lr, step + 1, options.seed);
-        }
-        position.previous_grad_norm = grad_norm;
-        const double loss = loss_sum / static_cast<double>(options.tokens_per_step());
+            });
+        const double loss = result.loss_sum / static_cast<double>(options.tokens_per_step());
         ++step;
         tokens_this_session += options.tokens_per_step();
 
         const double elapsed = seconds_since(start);
         const double tokens_per_second = tokens_this_session / elapsed;
         if (step % options.log_every == 0 || step == options.steps) {
-            metrics.append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+            metrics.append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", result.grad_norm},
                             {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
                             {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second}});
         }
@@ -205,6 +178,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         if (options.checkpoint_every == 0 || step % options.checkpoint_every != 0) save(step);
         nlohmann::json memory = memory_report_json(parameters);
         memory["step"] = step;
+        memory["optimizer_state"] = adam.describe(model.layout);
+        memory["fused_update"] = options.fused_update;
         metrics.append(memory);
         if (out) {
             progress.finish();
