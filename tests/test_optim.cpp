@@ -84,10 +84,13 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
                 }
             }
         }
+        // fp32: float rounding only. bf16: a moment computed in float may round to the other
+        // neighbouring bf16 value than the float64 one (1 part in 256 of one step's update).
+        const double tolerance = dtype == StateDtype::fp32 ? 1e-5 : 2e-4;
         for (const ParamTensor& tensor : model.layout.tensors) {
             for (size_t i = 0; i < tensor.count(); ++i) {
                 const double expected = w[tensor.offset + i];
-                ASSERT_NEAR(model.value(tensor)[i], expected, 1e-5 * std::max(1.0, std::fabs(expected)))
+                ASSERT_NEAR(model.value(tensor)[i], expected, tolerance * std::max(1.0, std::fabs(expected)))
                     << tensor.name << "[" << i << "]";
             }
         }
