@@ -101,16 +101,14 @@ void weight_linear_backward_input(const ModelParameters& model, const ParamTenso
         const int row_end = std::min(weight.rows, row_begin + slice);
         const DenseWeight w(model, weight, row_begin, row_end);
         // din += dout[:, row_begin:row_end] · W[row_begin:row_end]
-        gemm(false, false, rows, weight.cols, row_end - row_begin, 1.0f, d.data() + row_begin, weight.rows, w.data(),
-             weight.cols, 1.0f, din, weight.cols);
+        linear_backward_input(din, d.data() + row_begin, weight.rows, w.data(), rows, weight.cols, row_end - row_begin);
     }
 }
 
 void weight_linear_backward_weight(const ModelParameters& model, const ParamTensor& weight, float* dweight,
                                    const float* dout, const float* in, int rows, int row_begin, int row_end) {
     const BackwardOperand d(model, dout, static_cast<size_t>(rows) * weight.rows);
-    gemm(true, false, row_end - row_begin, weight.cols, rows, 1.0f, d.data() + row_begin, weight.rows, in,
-         weight.cols, 1.0f, dweight, weight.cols);
+    linear_backward_weight(dweight, d.data() + row_begin, weight.rows, in, rows, weight.cols, row_end - row_begin);
 }
 
 void weight_embedding_forward(const ModelParameters& model, const ParamTensor& embedding, float* out,
