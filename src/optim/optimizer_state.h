@@ -41,7 +41,6 @@ class OptimizerState {
 public:
     // One TensorMoments per tensor of the layout, zeroed.
     OptimizerState(const ParamLayout& layout, StateDtype requested);
-    StateDtype requested() const { return requested_; }
     TensorMoments& of(const ParamTensor& tensor) { return tensors_[static_cast<size_t>(tensor.tensor_id)]; }
     const TensorMoments& of(const ParamTensor& tensor) const {
         return tensors_[static_cast<size_t>(tensor.tensor_id)];
