@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "model/llama.h"
 #include "model/ternary_convert.h"
+#include "model/ternary_pack.h"
 #include "train/evaluate.h"
 #include "train/model_checkpoint.h"
 
@@ -30,6 +31,7 @@ struct EvalArgs {
     int threads = 0;
     bool json = false;
     bool ternary = false;
+    bool dense = false;
 };
 }  // namespace
 
@@ -44,6 +46,7 @@ void add_eval_command(CLI::App& app) {
     add_threads_flag(*command, args->threads);
     command->add_flag("--ternary", args->ternary,
                       "also score the model with its quantized weights re-snapped to ternary (absmean)");
+    add_dense_flag(*command, args->dense);
     command->add_flag("--json", args->json, "print one JSON object instead of text");
     command->callback([args] {
         set_num_threads(args->threads);
@@ -53,6 +56,7 @@ void add_eval_command(CLI::App& app) {
         const Dataset data = open_dataset(data_dir);
         require(data.tokenizer->vocab_size() == loaded.model->config.vocab_size,
                 "dataset " + data_dir + " uses a different tokenizer than the checkpoint");
+        if (!args->dense) pack_ternary_weights(*loaded.model);
         Activations acts(loaded.model->config, args->batch, loaded.model->config.seq_len);
         const EvalResult result = evaluate(*loaded.model, acts, data.val, args->tokens);
         nlohmann::json record = {{"checkpoint", args->checkpoint},
@@ -60,11 +64,13 @@ void add_eval_command(CLI::App& app) {
                                  {"method", loaded.model->method.label()},
                                  {"val_loss", result.loss},
                                  {"val_bits_per_byte", result.bits_per_byte},
-                                 {"val_tokens", result.tokens}};
+                                 {"val_tokens", result.tokens},
+                                 {"ternary_kernels", kernels_label(*loaded.model)}};
         std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
                            loaded.model->method.label() + "): " + loss_text(result);
         if (args->ternary) {
             const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model);
+            if (!args->dense) pack_ternary_weights(*ternary);
             const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
             record["ternary_val_loss"] = ternary_result.loss;
             record["ternary_val_bits_per_byte"] = ternary_result.bits_per_byte;

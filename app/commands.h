@@ -7,6 +7,7 @@
 
 #include "model/config.h"
 #include "model/method.h"
+#include "model/parameters.h"
 #include "optim/optimizer_state.h"
 
 namespace dqt::cli {
@@ -41,5 +42,10 @@ StateDtype resolve_optim_state(const MethodFlags& flags);
 
 // --threads N (0 = all cores); applied with dqt::set_num_threads.
 void add_threads_flag(CLI::App& command, int& threads);
+
+// --dense: ternary weights through the dense fp32 path instead of the ternary kernels.
+void add_dense_flag(CLI::App& command, bool& dense);
+// "avx512-vnni" (the kernel path) when the model has packed ternary weights, else "none".
+std::string kernels_label(const ModelParameters& model);
 
 }  // namespace dqt::cli

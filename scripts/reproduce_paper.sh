@@ -2,11 +2,12 @@
 # Reproduces the DQT paper's claims on the default corpus (issue: quantized training):
 # trains fp, bitnet, dqt ternary, dqt 4-bit, dqt 8-bit and dqt ternary with round-to-nearest
 # (plus the precision variants of claim 3: dqt ternary with bf16 compute and with bf16 Adam
-# state) with identical data order, seed, schedule and token budget; scores each final
-# checkpoint on the whole validation split, the dqt 8-bit one also with ternary weights; then
+# state) and the memory savers of the 3-bytes-per-parameter issue (8-bit Adam state, fused
+# updates, each on dqt ternary and dqt 8-bit) with identical data order, seed, schedule and
+# token budget; scores each final checkpoint on the whole validation split, the dqt 8-bit one also with ternary weights; then
 # writes the results section of docs/results.md and docs/img/paper_loss_curves.png.
 #
-#   bash scripts/reproduce_paper.sh              the full experiment (about 90 minutes on 2 cores)
+#   bash scripts/reproduce_paper.sh              the full experiment (about 2.5 hours on 2 cores)
 #   STEPS=40 EVAL_TOKENS=65536 bash scripts/reproduce_paper.sh
 #                                                a quick smoke run (results go to runs/paper-smoke,
 #                                                docs/ untouched)
@@ -38,6 +39,10 @@ runs=(
   "dqt-1.58-nearest|--method dqt --bits 1.58 --rounding nearest"
   "dqt-1.58-bf16-compute|--method dqt --bits 1.58 --compute-dtype bf16"
   "dqt-1.58-bf16-state|--method dqt --bits 1.58 --optim-state 16"
+  "dqt-1.58-state8|--method dqt --bits 1.58 --optim-state 8"
+  "dqt-8-state8|--method dqt --bits 8 --optim-state 8"
+  "dqt-1.58-fused|--method dqt --bits 1.58 --fused-update"
+  "dqt-8-fused|--method dqt --bits 8 --fused-update"
 )
 
 mkdir -p "$root"

@@ -3,7 +3,7 @@
 // so one setting governs both and the cores are never oversubscribed.
 namespace dqt {
 
-// Sets the number of compute threads (0 = one per available core).
+// Sets the number of compute threads (0 = OMP_NUM_THREADS if set, else one per available core).
 void set_num_threads(int threads);
 int num_threads();
 

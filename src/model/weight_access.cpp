@@ -6,6 +6,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
+#include "kernels/ternary_matmul.h"
 #include "model/gradient_sink.h"
 #include "quant/activation_quant.h"
 #include "quant/bf16.h"
@@ -56,6 +57,15 @@ int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
 
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
                            int rows) {
+    const size_t id = static_cast<size_t>(weight.tensor_id);
+    if (id < model.ternary_packed.size() && model.ternary_packed[id].rows > 0) {
+        // Packed for inference: the input rows are already on the 8-bit grid
+        // (prepare_linear_input), so this recovers their integers exactly.
+        Int8Rows quantized;
+        quantize_rows_int8(in, rows, weight.cols, quantized);
+        ternary_matmul(model.ternary_packed[id], quantized, out);
+        return;
+    }
     const int slice = read_slice_rows(model, weight);
     if (slice >= weight.rows) {
         const DenseWeight w(model, weight);

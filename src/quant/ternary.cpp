@@ -34,4 +34,10 @@ void ternarize_with_gamma(float* out, const float* w, size_t count, float gamma)
     for (size_t i = 0; i < count; ++i) out[i] = std::clamp(std::nearbyint(w[i] * inv), -1.0f, 1.0f) * gamma;
 }
 
+void ternary_codes_with_gamma(int8_t* q, const float* w, size_t count, float gamma) {
+    const float inv = 1.0f / (gamma + kTernaryEps);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(w[i] * inv), -1.0f, 1.0f));
+}
+
 }  // namespace dqt

@@ -72,7 +72,8 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.adam.eps = j.at("adam_eps").get<float>();
         o.adam.weight_decay = j.at("weight_decay").get<float>();
         o.grad_clip = j.at("grad_clip").get<float>();
-        o.fused_update = j.at("fused_update").get<bool>();
+        // Absent from checkpoints written before the option existed: those trained unfused.
+        o.fused_update = j.value("fused_update", false);
         o.eval_every = j.at("eval_every").get<int>();
         o.eval_tokens = j.at("eval_tokens").get<int64_t>();
         o.log_every = j.at("log_every").get<int>();

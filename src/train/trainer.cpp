@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/parallel.h"
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "io/atomic_file.h"
@@ -180,6 +181,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         memory["step"] = step;
         memory["optimizer_state"] = adam.describe(model.layout);
         memory["fused_update"] = options.fused_update;
+        memory["threads"] = num_threads();  // tokens/s depends on it; the losses do not
         metrics.append(memory);
         if (out) {
             progress.finish();

@@ -1,0 +1,168 @@
+#include "kernels/ternary_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/ternary_tiles.h"
+
+namespace dqt {
+
+namespace {
+
+// Where weight `col` of a row sits in the packed layout: byte index and bit shift.
+struct CodeSlot {
+    size_t byte;
+    int shift;
+};
+
+CodeSlot code_slot(int col) {
+    const int block = col / kTernaryBlock, within = col % kTernaryBlock;
+    const int half = within / 128, n = (within % 128) / 32, m = within % 32;
+    return {static_cast<size_t>(block) * kTernaryBlockBytes + static_cast<size_t>(half) * 32 + m, 2 * n};
+}
+
+TernaryTileKernel tile_kernel(TernaryIsa isa) {
+    switch (isa) {
+        case TernaryIsa::avx2: return ternary_tile_kernel_avx2();
+        case TernaryIsa::avx512_vnni: return ternary_tile_kernel_avx512_vnni();
+        case TernaryIsa::scalar: break;
+    }
+    return ternary_tile_kernel_scalar();
+}
+
+}  // namespace
+
+TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
+    TernaryMatrix w;
+    w.rows = rows;
+    w.cols = cols;
+    w.padded_cols = ternary_padded_cols(cols);
+    w.gamma = gamma;
+    w.packed = Array<uint8_t>(MemCategory::weights, static_cast<size_t>(rows) * w.row_bytes());
+    // Every code starts as q = 0 (stored 1), which is also what the padding holds.
+    std::fill(w.packed.begin(), w.packed.end(), static_cast<uint8_t>(0x55));
+    for (int r = 0; r < rows; ++r) {
+        uint8_t* row = w.packed.data() + static_cast<size_t>(r) * w.row_bytes();
+        for (int c = 0; c < cols; ++c) {
+            const int value = q[static_cast<size_t>(r) * cols + c];
+            require(value >= -1 && value <= 1, "pack_ternary: code " + std::to_string(value) + " is not ternary");
+            const CodeSlot slot = code_slot(c);
+            row[slot.byte] = static_cast<uint8_t>((row[slot.byte] & ~(3u << slot.shift)) | ((value + 1) << slot.shift));
+        }
+    }
+    return w;
+}
+
+int ternary_code_at(const TernaryMatrix& w, int row, int col) {
+    const CodeSlot slot = code_slot(col);
+    return ((w.row(row)[slot.byte] >> slot.shift) & 3) - 1;
+}
+
+void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
+    const int padded = ternary_padded_cols(cols);
+    if (out.rows != rows || out.cols != cols) {
+        out.rows = rows;
+        out.cols = cols;
+        out.padded_cols = padded;
+        out.values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * padded);  // zeroed padding
+        out.scales.assign(rows, 0.0f);
+        out.sums.assign(rows, 0);
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+        const float* in = x + static_cast<size_t>(r) * cols;
+        int8_t* a = out.values.data() + static_cast<size_t>(r) * padded;
+        float absmax = 0.0f;
+        for (int c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(in[c]));
+        // The same rule as absmax_quantize_rows, so a row it already quantized maps back to its
+        // integers exactly.
+        const float scale = 127.0f / std::max(absmax, 1e-5f);
+        int32_t sum = 0;
+        for (int c = 0; c < cols; ++c) {
+            const float v = std::min(std::max(std::nearbyint(in[c] * scale), -128.0f), 127.0f);
+            a[c] = static_cast<int8_t>(v);
+            sum += a[c];
+        }
+        out.scales[r] = scale;
+        out.sums[r] = sum;
+    }
+}
+
+const char* ternary_isa_name(TernaryIsa isa) {
+    switch (isa) {
+        case TernaryIsa::scalar: return "scalar";
+        case TernaryIsa::avx2: return "avx2";
+        case TernaryIsa::avx512_vnni: return "avx512-vnni";
+    }
+    return "?";
+}
+
+bool ternary_isa_supported(TernaryIsa isa) {
+    switch (isa) {
+        case TernaryIsa::scalar: return true;
+        case TernaryIsa::avx2: return __builtin_cpu_supports("avx2");
+        case TernaryIsa::avx512_vnni:
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
+}
+
+TernaryIsa best_ternary_isa() {
+    static const TernaryIsa best = ternary_isa_supported(TernaryIsa::avx512_vnni) ? TernaryIsa::avx512_vnni
+                                   : ternary_isa_supported(TernaryIsa::avx2)      ? TernaryIsa::avx2
+                                                                                  : TernaryIsa::scalar;
+    return best;
+}
+
+void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out) { ternary_matmul(w, x, out, best_ternary_isa()); }
+
+void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, TernaryIsa isa) {
+    require(x.cols == w.cols, "ternary_matmul: activations have " + std::to_string(x.cols) + " columns, weights " +
+                                  std::to_string(w.cols));
+    require(ternary_isa_supported(isa), std::string("ternary_matmul: this CPU lacks ") + ternary_isa_name(isa));
+    const TernaryTileKernel kernel = tile_kernel(isa);
+    const int blocks = w.padded_cols / kTernaryBlock;
+    const int w_tiles = (w.rows + kTileWeightRows - 1) / kTileWeightRows;
+    const int a_tiles = (x.rows + kernel.max_a_rows - 1) / kernel.max_a_rows;
+    // Weight tiles outermost: a tile's rows stay in L1 while every activation row passes.
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < w_tiles; ++t) {
+        const int w_first = t * kTileWeightRows;
+        const int w_count = std::min(kTileWeightRows, w.rows - w_first);
+        const uint8_t* w_rows[kTileWeightRows];
+        for (int i = 0; i < w_count; ++i) w_rows[i] = w.row(w_first + i);
+        for (int u = 0; u < a_tiles; ++u) {
+            const int a_first = u * kernel.max_a_rows;
+            const int a_count = std::min(kernel.max_a_rows, x.rows - a_first);
+            const int8_t* a_rows[4];
+            for (int j = 0; j < a_count; ++j) a_rows[j] = x.row(a_first + j);
+            int32_t dots[kTileWeightRows * kTileDotsStride];
+            kernel.run(w_rows, w_count, a_rows, a_count, blocks, dots);
+            for (int j = 0; j < a_count; ++j) {
+                const int r = a_first + j;
+                const float factor = w.gamma / x.scales[r];
+                float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
+                for (int i = 0; i < w_count; ++i)
+                    out_row[i] = factor * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
+            }
+        }
+    }
+}
+
+void ternary_matmul_reference(const TernaryMatrix& w, const Int8Rows& x, float* out) {
+    require(x.cols == w.cols, "ternary_matmul_reference: shapes differ");
+    for (int r = 0; r < x.rows; ++r) {
+        for (int o = 0; o < w.rows; ++o) {
+            int64_t dot = 0;
+            for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(ternary_code_at(w, o, c)) * x.row(r)[c];
+            // The same float epilogue as the fast paths: the sums are exact, so all paths agree bit for bit.
+            const float factor = w.gamma / x.scales[r];
+            out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
+        }
+    }
+}
+
+}  // namespace dqt

@@ -1,0 +1,176 @@
+// Tile kernels of ternary_matmul; see kernels/ternary_tiles.h. Each instruction-set path is
+// compiled with a target attribute, so the binary needs no -march flag and picks at run time.
+#include "kernels/ternary_tiles.h"
+
+#include <immintrin.h>
+
+#include "kernels/ternary_matmul.h"
+
+namespace dqt {
+
+namespace {
+
+// ---- portable scalar path ----------------------------------------------------------------
+
+void tile_scalar(const uint8_t* const* w_rows, int w_count, const int8_t* const* a_rows, int a_count, int blocks,
+                 int32_t* dots) {
+    for (int i = 0; i < w_count; ++i) {
+        for (int j = 0; j < a_count; ++j) {
+            int32_t sum = 0;
+            for (int b = 0; b < blocks; ++b) {
+                const uint8_t* w = w_rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes;
+                const int8_t* a = a_rows[j] + static_cast<size_t>(b) * kTernaryBlock;
+                for (int half = 0; half < 2; ++half)
+                    for (int n = 0; n < 4; ++n)
+                        for (int m = 0; m < 32; ++m)
+                            sum += ((w[32 * half + m] >> (2 * n)) & 3) * a[128 * half + 32 * n + m];
+            }
+            dots[i * kTileDotsStride + j] = sum;
+        }
+    }
+}
+
+// ---- AVX2: maddubs (u8 x s8 -> s16 pairs), then madd with ones -> s32 ---------------------
+//
+// Per 32-byte half of a block, the four shifted code vectors give (q + 1) for 32 consecutive
+// weights each. Their s16 products are at most 2 * 2 * 128 = 512 per lane, so the four sum
+// to at most 2048 before widening: one madd per half.
+
+template <int WR, int AR>
+__attribute__((target("avx2"))) void tile_avx2(const uint8_t* const* w_rows, const int8_t* const* a_rows,
+                                               int blocks, int32_t* dots) {
+    const __m256i low2 = _mm256_set1_epi8(3);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256i acc[WR][AR];
+    for (int i = 0; i < WR; ++i)
+        for (int j = 0; j < AR; ++j) acc[i][j] = _mm256_setzero_si256();
+    for (int b = 0; b < blocks; ++b) {
+        for (int half = 0; half < 2; ++half) {
+            __m256i packed[WR];
+            for (int i = 0; i < WR; ++i)
+                packed[i] = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(w_rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes + 32 * half));
+            __m256i sum16[WR][AR];
+            for (int i = 0; i < WR; ++i)
+                for (int j = 0; j < AR; ++j) sum16[i][j] = _mm256_setzero_si256();
+            for (int n = 0; n < 4; ++n) {
+                __m256i a[AR];
+                for (int j = 0; j < AR; ++j)
+                    a[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                        a_rows[j] + static_cast<size_t>(b) * kTernaryBlock + 128 * half + 32 * n));
+                for (int i = 0; i < WR; ++i) {
+                    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(packed[i], 2 * n), low2);
+                    for (int j = 0; j < AR; ++j)
+                        sum16[i][j] = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(codes, a[j]));
+                }
+            }
+            for (int i = 0; i < WR; ++i)
+                for (int j = 0; j < AR; ++j)
+                    acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(sum16[i][j], ones16));
+        }
+    }
+    for (int i = 0; i < WR; ++i) {
+        for (int j = 0; j < AR; ++j) {
+            const __m128i folded =
+                _mm_add_epi32(_mm256_castsi256_si128(acc[i][j]), _mm256_extracti128_si256(acc[i][j], 1));
+            const __m128i pairs = _mm_add_epi32(folded, _mm_shuffle_epi32(folded, _MM_SHUFFLE(1, 0, 3, 2)));
+            const __m128i total = _mm_add_epi32(pairs, _mm_shuffle_epi32(pairs, _MM_SHUFFLE(2, 3, 0, 1)));
+            dots[i * kTileDotsStride + j] = _mm_cvtsi128_si32(total);
+        }
+    }
+}
+
+// ---- AVX-512 VNNI: dpbusd (u8 x s8, four products per s32 lane) ---------------------------
+//
+// One 64-byte load holds a whole block's codes: lanes 0-31 from half 0, 32-63 from half 1, so
+// shift n pairs with activations [32n, 32n + 32) and [128 + 32n, 128 + 32n + 32).
+
+template <int WR, int AR>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const uint8_t* const* w_rows,
+                                                                        const int8_t* const* a_rows, int blocks,
+                                                                        int32_t* dots) {
+    const __m512i low2 = _mm512_set1_epi8(3);
+    __m512i acc[WR][AR];
+    for (int i = 0; i < WR; ++i)
+        for (int j = 0; j < AR; ++j) acc[i][j] = _mm512_setzero_si512();
+    for (int b = 0; b < blocks; ++b) {
+        __m512i packed[WR];
+        for (int i = 0; i < WR; ++i)
+            packed[i] = _mm512_loadu_si512(w_rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes);
+        for (int n = 0; n < 4; ++n) {
+            __m512i a[AR];
+            for (int j = 0; j < AR; ++j) {
+                const int8_t* base = a_rows[j] + static_cast<size_t>(b) * kTernaryBlock + 32 * n;
+                // Low half [32n, 32n + 32), high half [128 + 32n, ...) (a masked broadcast: GCC 12's
+                // _mm512_inserti64x4 trips its own uninitialised-value warning).
+                a[j] = _mm512_mask_broadcast_i64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base))), 0xF0,
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 128)));
+            }
+            for (int i = 0; i < WR; ++i) {
+                const __m512i codes = _mm512_and_si512(_mm512_srli_epi16(packed[i], 2 * n), low2);
+                for (int j = 0; j < AR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], codes, a[j]);
+            }
+        }
+    }
+    // Lanes summed through memory: GCC 12's _mm512_reduce_add_epi32 trips its own
+    // uninitialised-value warnings, and this runs once per tile.
+    for (int i = 0; i < WR; ++i) {
+        for (int j = 0; j < AR; ++j) {
+            alignas(64) int32_t lanes[16];
+            _mm512_store_si512(lanes, acc[i][j]);
+            int32_t sum = 0;
+            for (int l = 0; l < 16; ++l) sum += lanes[l];
+            dots[i * kTileDotsStride + j] = sum;
+        }
+    }
+}
+
+// Adapters that give every instruction set the same template shape, and the switch that runs
+// the instantiation for the tile's actual size (edge tiles are smaller).
+template <int WR, int AR>
+struct Avx2Tile {
+    static void run(const uint8_t* const* w, const int8_t* const* a, int blocks, int32_t* dots) {
+        tile_avx2<WR, AR>(w, a, blocks, dots);
+    }
+};
+
+template <int WR, int AR>
+struct Avx512Tile {
+    static void run(const uint8_t* const* w, const int8_t* const* a, int blocks, int32_t* dots) {
+        tile_avx512<WR, AR>(w, a, blocks, dots);
+    }
+};
+
+template <template <int, int> class Kernel, int WR>
+void run_with_a_rows(const uint8_t* const* w_rows, const int8_t* const* a_rows, int a_count, int blocks,
+                     int32_t* dots) {
+    switch (a_count) {
+        case 1: Kernel<WR, 1>::run(w_rows, a_rows, blocks, dots); break;
+        case 2: Kernel<WR, 2>::run(w_rows, a_rows, blocks, dots); break;
+        case 3: Kernel<WR, 3>::run(w_rows, a_rows, blocks, dots); break;
+        default: Kernel<WR, 4>::run(w_rows, a_rows, blocks, dots); break;
+    }
+}
+
+template <template <int, int> class Kernel>
+void run_tile(const uint8_t* const* w_rows, int w_count, const int8_t* const* a_rows, int a_count, int blocks,
+              int32_t* dots) {
+    switch (w_count) {
+        case 1: run_with_a_rows<Kernel, 1>(w_rows, a_rows, a_count, blocks, dots); break;
+        case 2: run_with_a_rows<Kernel, 2>(w_rows, a_rows, a_count, blocks, dots); break;
+        case 3: run_with_a_rows<Kernel, 3>(w_rows, a_rows, a_count, blocks, dots); break;
+        default: run_with_a_rows<Kernel, 4>(w_rows, a_rows, a_count, blocks, dots); break;
+    }
+}
+
+}  // namespace
+
+TernaryTileKernel ternary_tile_kernel_scalar() { return {tile_scalar, 4}; }
+
+// AVX2 has 16 vector registers: 4 weight rows x 2 activation rows of accumulators fit.
+TernaryTileKernel ternary_tile_kernel_avx2() { return {run_tile<Avx2Tile>, 2}; }
+
+TernaryTileKernel ternary_tile_kernel_avx512_vnni() { return {run_tile<Avx512Tile>, 4}; }
+
+}  // namespace dqt

@@ -1,0 +1,214 @@
+// Ternary x int8 inference kernels: every instruction-set path against the slow reference on
+// fresh random shapes, ragged ones included; then the packed model against the dense forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ternary_matmul.h"
+#include "model/inference.h"
+#include "model/llama.h"
+#include "model/ternary_pack.h"
+#include "quant/codes.h"
+
+namespace dqt {
+namespace {
+
+std::vector<int8_t> random_codes(std::mt19937& rng, int count) {
+    std::uniform_int_distribution<int> pick(-1, 1);
+    std::vector<int8_t> q(count);
+    for (auto& v : q) v = static_cast<int8_t>(pick(rng));
+    return q;
+}
+
+std::vector<float> random_rows(std::mt19937& rng, int count) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(count);
+    for (auto& v : x) v = normal(rng);
+    return x;
+}
+
+TEST(TernaryMatmul, PackedCodesRoundTripIncludingRaggedColumns) {
+    std::mt19937 rng(11);
+    for (int cols : {1, 7, 255, 256, 257, 688, 1024}) {
+        const int rows = 3;
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.5f);
+        EXPECT_EQ(w.padded_cols % kTernaryBlock, 0);
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c) ASSERT_EQ(ternary_code_at(w, r, c), q[r * cols + c]) << cols << " " << c;
+        // The padding holds zero weights, so it adds nothing to a product.
+        for (int r = 0; r < rows; ++r)
+            for (int c = cols; c < w.padded_cols; ++c) ASSERT_EQ(ternary_code_at(w, r, c), 0);
+    }
+}
+
+TEST(TernaryMatmul, LayoutIsLlamaCppTq2Codes) {
+    // TQ2_0: in each 32-byte half of a 256-weight block, byte m holds weight m + 32n at bits 2n.
+    std::vector<int8_t> q(256, 0);
+    q[0] = 1;     // half 0, byte 0, bits 0-1: code 2
+    q[32] = -1;   // half 0, byte 0, bits 2-3: code 0
+    q[128 + 5 + 96] = 1;  // half 1, byte 5, bits 6-7: code 2
+    const TernaryMatrix w = pack_ternary(q.data(), 1, 256, 1.0f);
+    EXPECT_EQ(w.row(0)[0], 0x02 | (0x0 << 2) | (0x1 << 4) | (0x1 << 6));
+    EXPECT_EQ(w.row(0)[32 + 5], 0x1 | (0x1 << 2) | (0x1 << 4) | (0x2 << 6));
+}
+
+TEST(TernaryMatmul, QuantizedRowsRecoverAnAlreadyQuantizedRowExactly) {
+    std::mt19937 rng(5);
+    const int cols = 300;
+    auto x = random_rows(rng, cols);
+    Int8Rows first;
+    quantize_rows_int8(x.data(), 1, cols, first);
+    std::vector<float> dequantized(cols);
+    for (int c = 0; c < cols; ++c) dequantized[c] = first.row(0)[c] / first.scales[0];
+    Int8Rows second;
+    quantize_rows_int8(dequantized.data(), 1, cols, second);
+    for (int c = 0; c < cols; ++c) ASSERT_EQ(second.row(0)[c], first.row(0)[c]);
+    int32_t sum = 0;
+    for (int c = 0; c < cols; ++c) sum += first.row(0)[c];
+    EXPECT_EQ(first.sums[0], sum);
+    for (int c = cols; c < first.padded_cols; ++c) EXPECT_EQ(first.row(0)[c], 0);
+}
+
+TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> dim(1, 700), batch(1, 11);
+    int paths_run = 0;
+    for (int trial = 0; trial < 12; ++trial) {
+        const int rows = dim(rng), cols = dim(rng), n = batch(rng);
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.0173f);
+        const auto x = random_rows(rng, n * cols);
+        Int8Rows a;
+        quantize_rows_int8(x.data(), n, cols, a);
+        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size());
+        ternary_matmul_reference(w, a, expected.data());
+        for (TernaryIsa isa : {TernaryIsa::scalar, TernaryIsa::avx2, TernaryIsa::avx512_vnni}) {
+            if (!ternary_isa_supported(isa)) continue;
+            ++paths_run;
+            std::fill(got.begin(), got.end(), NAN);
+            ternary_matmul(w, a, got.data(), isa);
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(got[i], expected[i]) << ternary_isa_name(isa) << " rows " << rows << " cols " << cols
+                                               << " batch " << n << " at " << i;
+        }
+    }
+    EXPECT_GE(paths_run, 12);  // at least the scalar path every trial
+}
+
+TEST(TernaryMatmul, ReferenceEqualsTheFloatProductOfDequantizedOperands) {
+    // Independent of the packing: sum_i (q * gamma) * (a / s) in double.
+    std::mt19937 rng(3);
+    const int rows = 9, cols = 333, n = 3;
+    const auto q = random_codes(rng, rows * cols);
+    const float gamma = 0.021f;
+    const TernaryMatrix w = pack_ternary(q.data(), rows, cols, gamma);
+    const auto x = random_rows(rng, n * cols);
+    Int8Rows a;
+    quantize_rows_int8(x.data(), n, cols, a);
+    std::vector<float> out(static_cast<size_t>(n) * rows);
+    ternary_matmul(w, a, out.data());
+    for (int r = 0; r < n; ++r) {
+        for (int o = 0; o < rows; ++o) {
+            double sum = 0.0;
+            for (int c = 0; c < cols; ++c)
+                sum += (q[o * cols + c] * static_cast<double>(gamma)) * (a.row(r)[c] / static_cast<double>(a.scales[r]));
+            EXPECT_NEAR(out[r * rows + o], sum, 1e-6 * (1.0 + std::fabs(sum)));
+        }
+    }
+}
+
+TEST(TernaryMatmul, RefusesMismatchedShapesAndNonTernaryCodes) {
+    std::vector<int8_t> q(8, 0);
+    q[3] = 2;
+    EXPECT_THROW(pack_ternary(q.data(), 2, 4, 1.0f), Error);
+    q[3] = 1;
+    const TernaryMatrix w = pack_ternary(q.data(), 2, 4, 1.0f);
+    std::vector<float> x(5, 1.0f), out(2);
+    Int8Rows a;
+    quantize_rows_int8(x.data(), 1, 5, a);
+    EXPECT_THROW(ternary_matmul(w, a, out.data()), Error);
+}
+
+}  // namespace
+}  // namespace dqt
+
+// ---- the kernels inside the model -------------------------------------------------------
+
+namespace dqt {
+namespace {
+
+ModelConfig packed_test_config() {
+    ModelConfig c;
+    c.dim = 48;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.ffn_dim = 72;  // ragged: padded to 256 columns in the packed down projection
+    c.vocab_size = 29;
+    c.seq_len = 10;
+    c.init_std = 0.2f;
+    return c;
+}
+
+MethodConfig method_of(Method kind, int bits) {
+    MethodConfig m;
+    m.method = kind;
+    m.grid = CodeGrid{bits};
+    return m;
+}
+
+// The packed forward computes what training's dense forward computes (exact integer sums
+// against float ones: equal up to float rounding), for the full forward and for decoding.
+TEST(TernaryInference, PackedModelMatchesTheDenseForwardForBitnetAndDqtTernary) {
+    const ModelConfig config = packed_test_config();
+    for (const MethodConfig& method : {method_of(Method::bitnet, 1), method_of(Method::dqt, 1)}) {
+        SCOPED_TRACE(method.label());
+        ModelParameters dense(config, method), packed(config, method);
+        const uint64_t seed = std::random_device{}();
+        dense.initialize(seed);
+        packed.initialize(seed);
+        EXPECT_EQ(pack_ternary_weights(packed), 7 * config.n_layers);  // the block linears; the head stays fp32
+
+        Activations a(config, 2, config.seq_len), b(config, 2, config.seq_len);
+        std::mt19937 rng(static_cast<uint32_t>(seed));
+        for (size_t i = 0; i < a.tokens.size(); ++i) a.tokens[i] = b.tokens[i] = static_cast<int32_t>(rng() % 29);
+        model_forward(dense, a, false);
+        model_forward(packed, b, false);
+        for (size_t i = 0; i < a.logits.size(); ++i)
+            ASSERT_NEAR(b.logits[i], a.logits[i], 2e-4f * (1.0f + std::fabs(a.logits[i]))) << "seed " << seed << " at " << i;
+
+        KvCache cache(config, config.seq_len);
+        DecodeScratch scratch(config);
+        for (int t = 0; t < config.seq_len; ++t) {
+            decode_token(packed, cache, scratch, a.tokens[t]);
+            for (int v = 0; v < config.vocab_size; ++v) {
+                const float full = a.logits[static_cast<size_t>(t) * config.vocab_size + v];
+                ASSERT_NEAR(scratch.logits[v], full, 2e-4f * (1.0f + std::fabs(full))) << "position " << t;
+            }
+        }
+    }
+}
+
+TEST(TernaryInference, OnlyTernaryWeightsArePacked) {
+    const ModelConfig config = packed_test_config();
+    ModelParameters fp(config), eight_bit(config, method_of(Method::dqt, 8));
+    EXPECT_EQ(pack_ternary_weights(fp), 0);
+    EXPECT_EQ(pack_ternary_weights(eight_bit), 0);
+    MethodConfig ternary_head = method_of(Method::dqt, 1);
+    ternary_head.quantize_head = true;
+    ModelParameters with_head(config, ternary_head);
+    with_head.initialize(4);
+    EXPECT_EQ(pack_ternary_weights(with_head), 7 * config.n_layers + 1);
+    const ParamTensor& wq = *with_head.tensors.layers[0].wq;
+    const TernaryMatrix& packed = with_head.ternary_packed[static_cast<size_t>(wq.tensor_id)];
+    EXPECT_FLOAT_EQ(packed.gamma, 1.0f / with_head.scale(wq));
+    for (int c = 0; c < wq.cols; ++c)
+        EXPECT_EQ(ternary_code_at(packed, 1, c), read_code(with_head.code(wq), with_head.method.grid, wq.cols + c));
+}
+
+}  // namespace
+}  // namespace dqt
