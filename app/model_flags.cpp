@@ -11,7 +11,7 @@ const std::pair<const char*, const char*> kModelFlagKeys[] = {
     {"--dim", "dim"},         {"--layers", "n_layers"},   {"--heads", "n_heads"},
     {"--kv-heads", "n_kv_heads"}, {"--ffn", "ffn_dim"},   {"--vocab-size", "vocab_size"},
     {"--seq-len", "seq_len"}, {"--no-subln", "subln"},    {"--rope-theta", "rope_theta"},
-    {"--init-std", "init_std"}};
+    {"--init-std", "init_std"}, {"--tie-embeddings", "tie_embeddings"}};
 }  // namespace
 
 void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path) {
@@ -26,6 +26,8 @@ void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path
     command.add_flag("--no-subln{false}", c.subln, "drop the SubLN norms before o_proj and down_proj");
     command.add_option("--rope-theta", c.rope_theta, "rotary embedding base")->capture_default_str();
     command.add_option("--init-std", c.init_std, "std of the N(0, s) weight init")->capture_default_str();
+    command.add_flag("--tie-embeddings", c.tie_embeddings,
+                     "the lm_head reads token_embd (needed to export a SubLN model to llama.cpp)");
 }
 
 ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& flags, const std::string& config_path,

@@ -135,6 +135,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --optim-state 4"), "--optim-state 4 is not supported");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --fused-update --grad-accum 2"),
                           "--fused-update needs --grad-accum 1");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --fused-update --tie-embeddings"),
+                          "--fused-update cannot be combined with --tie-embeddings");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head --tie-embeddings"),
+                          "with --tie-embeddings the head is the embedding");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
@@ -42,11 +43,13 @@ void fill_tokens(Activations& acts, int vocab, uint64_t seed) {
 // that tensor) from central differences must match the backward pass's gradient dotted with
 // the direction. The loss is the summed cross-entropy (grad_scale 1), in float32, so eps and
 // tolerance are chosen for float rounding: relative 2e-2 or absolute 2e-3.
-class ModelGradient : public ::testing::TestWithParam<std::pair<bool, int>> {};
+// With tied embeddings the table's gradient sums its two uses (lookup and head).
+class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, int, bool>> {};
 
 TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
-    const auto [subln, kv_heads] = GetParam();
-    const ModelConfig config = tiny_config(subln, kv_heads);
+    const auto [subln, kv_heads, tied] = GetParam();
+    ModelConfig config = tiny_config(subln, kv_heads);
+    config.tie_embeddings = tied;
     ModelParameters model(config);
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -93,7 +96,8 @@ TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_pair(true, 4), std::make_pair(false, 4), std::make_pair(true, 2)));
+                         ::testing::Values(std::make_tuple(true, 4, false), std::make_tuple(false, 4, false),
+                                           std::make_tuple(true, 2, false), std::make_tuple(true, 4, true)));
 
 TEST(Model, GradientsIdenticalForOneAndTwoThreads) {
     ModelConfig config = tiny_config(true, 2);
@@ -122,9 +126,11 @@ TEST(Model, GradientsIdenticalForOneAndTwoThreads) {
 }
 
 TEST(Model, ParameterCountMatchesLayout) {
-    for (bool subln : {true, false}) {
-        const ModelConfig config = tiny_config(subln, 2);
+    for (const auto& [subln, tied] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+        ModelConfig config = tiny_config(subln, 2);
+        config.tie_embeddings = tied;
         const ModelParameters model(config);
+        EXPECT_EQ(model.tensors.output == model.tensors.token_embd, tied);
         size_t counted = 0;
         for (const ParamTensor& tensor : model.layout.tensors) counted += tensor.count();
         EXPECT_EQ(static_cast<int64_t>(counted), config.parameter_count());

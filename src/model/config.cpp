@@ -35,7 +35,7 @@ int64_t ModelConfig::parameter_count() const {
     const int64_t C = dim, F = ffn_dim, V = vocab_size, KV = kv_dim();
     int64_t per_layer = C * C * 2 + C * KV * 2 + 3 * C * F + 2 * C;
     if (subln) per_layer += C + F;
-    return V * C * 2 + n_layers * per_layer + C;
+    return V * C * (tie_embeddings ? 1 : 2) + n_layers * per_layer + C;
 }
 
 double ModelConfig::train_flops_per_token() const {
@@ -50,13 +50,13 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
     j = nlohmann::json{{"dim", c.dim},           {"n_layers", c.n_layers},     {"n_heads", c.n_heads},
                        {"n_kv_heads", c.n_kv_heads}, {"ffn_dim", c.ffn_dim},   {"vocab_size", c.vocab_size},
                        {"seq_len", c.seq_len},   {"subln", c.subln},           {"rope_theta", c.rope_theta},
-                       {"norm_eps", c.norm_eps}, {"init_std", c.init_std}};
+                       {"norm_eps", c.norm_eps}, {"init_std", c.init_std},   {"tie_embeddings", c.tie_embeddings}};
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
     static const std::set<std::string> known = {"dim",     "n_layers",   "n_heads",    "n_kv_heads",
                                                 "ffn_dim", "vocab_size", "seq_len",    "subln",
-                                                "rope_theta", "norm_eps", "init_std"};
+                                                "rope_theta", "norm_eps", "init_std", "tie_embeddings"};
     require(j.is_object(), "model config: expected a JSON object");
     for (const auto& [key, value] : j.items()) {
         require(known.count(key) == 1, "model config: unknown key '" + key + "'");
@@ -73,6 +73,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
         if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<float>();
         if (j.contains("norm_eps")) c.norm_eps = j.at("norm_eps").get<float>();
         if (j.contains("init_std")) c.init_std = j.at("init_std").get<float>();
+        if (j.contains("tie_embeddings")) c.tie_embeddings = j.at("tie_embeddings").get<bool>();
     } catch (const nlohmann::json::exception& e) {
         throw Error(std::string("model config: wrong value type (") + e.what() + ")");
     }

@@ -16,6 +16,7 @@ struct ModelConfig {
     int vocab_size = 256;   // byte-level by default
     int seq_len = 256;      // context length T used in training
     bool subln = true;      // extra RMSNorm before o_proj and down_proj (DQT / BitNet code)
+    bool tie_embeddings = false;  // the lm_head reads token_embd (llama.cpp's bitnet graph needs this)
     float rope_theta = 10000.0f;
     float norm_eps = 1e-5f;
     float init_std = 0.02f;

@@ -71,7 +71,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         add(prefix + "ffn_down", c.dim, c.ffn_dim, TensorRole::block_linear);
     }
     add("output_norm", 1, c.dim, TensorRole::norm);
-    add("output", c.vocab_size, c.dim, TensorRole::head);
+    if (!c.tie_embeddings) add("output", c.vocab_size, c.dim, TensorRole::head);
     return layout;
 }
 
@@ -98,7 +98,7 @@ ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout) {
         t.layers.push_back(p);
     }
     t.output_norm = at("output_norm");
-    t.output = at("output");
+    t.output = c.tie_embeddings ? t.token_embd : at("output");
     return t;
 }
 

@@ -63,7 +63,7 @@ struct ModelTensors {
     const ParamTensor* token_embd;   // (V, C)
     std::vector<LayerTensors> layers;
     const ParamTensor* output_norm;  // (C)
-    const ParamTensor* output;       // (V, C) lm_head
+    const ParamTensor* output;       // (V, C) lm_head; token_embd itself when tied
 };
 
 class ModelParameters {

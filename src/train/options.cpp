@@ -23,6 +23,12 @@ void TrainOptions::validate() const {
     require(!fused_update || grad_accum == 1,
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
+    require(!fused_update || !model.tie_embeddings,
+            "--fused-update cannot be combined with --tie-embeddings: the shared table's gradient has two parts "
+            "(head and lookup) and must be whole before its update");
+    require(!model.tie_embeddings || method.quantize_head == method.quantize_embedding,
+            "with --tie-embeddings the head is the embedding: pass both --quantize-embedding and --quantize-head "
+            "or neither");
     require(eval_every >= 0, "--eval-every must not be negative");
     require(eval_tokens > 0, "--eval-tokens must be positive");
     require(log_every > 0, "--log-every must be positive");
