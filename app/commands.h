@@ -16,6 +16,7 @@ void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_bench_memory_command(CLI::App& bench);  // under `bench`
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     dqt::cli::add_train_command(app);
     dqt::cli::add_eval_command(app);
     dqt::cli::add_generate_command(app);
+    dqt::cli::add_export_command(app);
     dqt::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);

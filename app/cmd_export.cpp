@@ -1,0 +1,70 @@
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "commands.h"
+#include "core/error.h"
+#include "export/gguf_model.h"
+#include "model/ternary_convert.h"
+#include "train/model_checkpoint.h"
+
+namespace dqt::cli {
+
+namespace {
+struct ExportArgs {
+    std::string checkpoint;
+    std::string out;
+    std::string format = "gguf";
+    std::string ternary_type = "tq2_0";
+    std::string float_type = "f32";
+    bool ternary = false;
+};
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+    auto args = std::make_shared<ExportArgs>();
+    CLI::App* command = app.add_subcommand("export", "write a checkpoint as a GGUF file that llama.cpp runs");
+    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file (runs/NAME/checkpoint.dqt)")
+        ->required();
+    command->add_option("--out", args->out, "output file (default: the checkpoint's folder/model.gguf)");
+    command->add_option("--format", args->format, "output format (gguf)")->capture_default_str();
+    command->add_option("--ternary-type", args->ternary_type, "GGUF type of ternary weights: tq2_0 or tq1_0")
+        ->capture_default_str();
+    command->add_option("--float-type", args->float_type, "GGUF type of fp32 matrices: f32 or f16")->capture_default_str();
+    command->add_flag("--ternary", args->ternary, "re-snap an n-bit model's quantized weights to ternary (absmean) first");
+    command->callback([args] {
+        require(args->format == "gguf", "unknown --format '" + args->format + "': dqt exports gguf");
+        const std::map<std::string, GgufTernaryFormat> ternary_types = {{"tq2_0", GgufTernaryFormat::tq2_0},
+                                                                         {"tq1_0", GgufTernaryFormat::tq1_0}};
+        const std::map<std::string, GgufFloatFormat> float_types = {{"f32", GgufFloatFormat::f32},
+                                                                    {"f16", GgufFloatFormat::f16}};
+        require(ternary_types.count(args->ternary_type) == 1,
+                "unknown --ternary-type '" + args->ternary_type + "': use tq2_0 or tq1_0");
+        require(float_types.count(args->float_type) == 1, "unknown --float-type '" + args->float_type + "': use f32 or f16");
+        GgufExportOptions options;
+        options.ternary = ternary_types.at(args->ternary_type);
+        options.floats = float_types.at(args->float_type);
+
+        const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        std::unique_ptr<ModelParameters> ternary;
+        if (args->ternary) ternary = convert_to_ternary(*loaded.model);
+        const ModelParameters& model = ternary ? *ternary : *loaded.model;
+        const std::string out = args->out.empty()
+                                    ? (std::filesystem::path(args->checkpoint).parent_path() / "model.gguf").string()
+                                    : args->out;
+        const GgufExportSummary summary = export_gguf(model, *loaded.tokenizer, options, out);
+        std::map<std::string, int> type_counts;
+        for (const std::string& line : summary.tensor_types) ++type_counts[line.substr(line.rfind(": ") + 2)];
+        std::string types;
+        for (const auto& [type, count] : type_counts) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + type;
+        std::printf("wrote %s: llama.cpp architecture '%s', %zu tensors (%s), %.2f MiB\n", out.c_str(),
+                    summary.architecture.c_str(), summary.tensor_types.size(), types.c_str(),
+                    static_cast<double>(std::filesystem::file_size(out)) / (1024.0 * 1024.0));
+        if (summary.ternary_fallbacks > 0)
+            std::printf("note: %d ternary tensors have rows that are not a multiple of 256 elements and were written as "
+                        "F32 codes (choose dims that are multiples of 256 for TQ2_0/TQ1_0 throughout)\n",
+                        summary.ternary_fallbacks);
+    });
+}
+
+}  // namespace dqt::cli

@@ -1,0 +1,357 @@
+#include "export/gguf_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+#include "core/error.h"
+#include "export/ternary_blocks.h"
+#include "io/gguf.h"
+#include "model/ternary_convert.h"
+#include "quant/codes.h"
+#include "quant/f16.h"
+
+namespace dqt {
+
+namespace {
+
+// ---- architecture -------------------------------------------------------------------------
+
+std::string architecture_of(const ModelConfig& c) {
+    if (!c.subln) return "llama";
+    require(c.tie_embeddings,
+            "llama.cpp's graph with SubLN norms (bitnet) reads its output head from token_embd, but this model has a "
+            "separate lm_head: train it with --tie-embeddings (or with --no-subln for the llama graph)");
+    return "bitnet";
+}
+
+// For the NEOX rotation of `bitnet`: new row h*d + i holds old row h*d + 2i, new row
+// h*d + d/2 + i holds old row h*d + 2i + 1.
+int rope_source_row(int row, int head_dim) {
+    const int head = row / head_dim, within = row % head_dim, half = head_dim / 2;
+    return head * head_dim + (within < half ? 2 * within : 2 * (within - half) + 1);
+}
+
+bool rope_permuted(const std::string& arch, const std::string& name) {
+    if (arch != "bitnet") return false;
+    return name.ends_with(".attn_q") || name.ends_with(".attn_k");
+}
+
+// Row r of the file holds row source(r) of the model.
+template <typename T>
+std::vector<T> rows_in_file_order(const std::vector<T>& rows_major, int rows, int cols, int head_dim, bool permute) {
+    if (!permute) return rows_major;
+    std::vector<T> out(rows_major.size());
+    for (int r = 0; r < rows; ++r)
+        std::memcpy(&out[static_cast<size_t>(r) * cols], &rows_major[static_cast<size_t>(rope_source_row(r, head_dim)) * cols],
+                    static_cast<size_t>(cols) * sizeof(T));
+    return out;
+}
+
+template <typename T>
+std::vector<T> rows_in_model_order(const std::vector<T>& file_rows, int rows, int cols, int head_dim, bool permute) {
+    if (!permute) return file_rows;
+    std::vector<T> out(file_rows.size());
+    for (int r = 0; r < rows; ++r)
+        std::memcpy(&out[static_cast<size_t>(rope_source_row(r, head_dim)) * cols], &file_rows[static_cast<size_t>(r) * cols],
+                    static_cast<size_t>(cols) * sizeof(T));
+    return out;
+}
+
+std::vector<int64_t> gguf_shape(const ParamTensor& t) {
+    if (!t.is_matrix()) return {t.cols};
+    return {t.cols, t.rows};
+}
+
+template <typename T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(T));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+}
+
+// ---- tokenizer ----------------------------------------------------------------------------
+
+// GPT-2's byte-to-character map, which llama.cpp's "gpt2" vocabularies use: printable bytes
+// stand for themselves, the others (in order) for U+0100 onwards.
+std::string gpt2_byte_symbol(int byte) {
+    static const std::vector<std::string> symbols = [] {
+        std::vector<std::string> table(256);
+        int next = 0;
+        for (int b = 0; b < 256; ++b) {
+            const bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+            const int code_point = printable ? b : 0x100 + next++;
+            std::string utf8;
+            if (code_point < 0x80) {
+                utf8.push_back(static_cast<char>(code_point));
+            } else {
+                utf8.push_back(static_cast<char>(0xc0 | (code_point >> 6)));
+                utf8.push_back(static_cast<char>(0x80 | (code_point & 0x3f)));
+            }
+            table[b] = utf8;
+        }
+        return table;
+    }();
+    return symbols[static_cast<size_t>(byte)];
+}
+
+void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
+    out.set_string("dqt.tokenizer.kind", tokenizer.kind());
+    out.set_bytes("dqt.tokenizer.data", tokenizer.serialize());
+    out.set_bool("tokenizer.ggml.add_bos_token", false);  // dqt feeds no BOS token
+    out.set_bool("tokenizer.ggml.add_eos_token", false);
+    if (tokenizer.kind() == "byte") {
+        // Token = byte: a "gpt2" vocabulary of the 256 byte symbols and no merges. The "qwen2"
+        // pre-tokenizer keeps detokenization lossless ("default" cleans up spaces before
+        // punctuation). EOS must be some token: byte 0, which text does not contain.
+        std::vector<std::string> tokens;
+        for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_byte_symbol(b));
+        out.set_string("tokenizer.ggml.model", "gpt2");
+        out.set_string("tokenizer.ggml.pre", "qwen2");
+        out.set_strings("tokenizer.ggml.tokens", tokens);
+        out.set_i32s("tokenizer.ggml.token_type", std::vector<int32_t>(256, 1));
+        out.set_strings("tokenizer.ggml.merges", {});
+        out.set_u32("tokenizer.ggml.bos_token_id", 0);
+        out.set_u32("tokenizer.ggml.eos_token_id", 0);
+        return;
+    }
+    // sentencepiece BPE: llama.cpp's "llama" (SPM) tokenizer merges by piece score as
+    // sentencepiece does and falls back to the <0xXX> byte pieces.
+    sentencepiece::SentencePieceProcessor processor;
+    require(processor.LoadFromSerializedProto(tokenizer.serialize()).ok(), "export: the model's tokenizer is unreadable");
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;  // llama.cpp: 1 normal, 2 unknown, 3 control, 5 unused, 6 byte
+    int unknown = 0;
+    for (int id = 0; id < processor.GetPieceSize(); ++id) {
+        tokens.push_back(processor.IdToPiece(id));
+        scores.push_back(processor.GetScore(id));
+        int type = 1;
+        if (processor.IsUnknown(id)) {
+            type = 2;
+            unknown = id;
+        } else if (processor.IsControl(id)) {
+            type = 3;
+        } else if (processor.IsUnused(id)) {
+            type = 5;
+        } else if (processor.IsByte(id)) {
+            type = 6;
+        }
+        types.push_back(type);
+    }
+    out.set_string("tokenizer.ggml.model", "llama");
+    out.set_strings("tokenizer.ggml.tokens", tokens);
+    out.set_f32s("tokenizer.ggml.scores", scores);
+    out.set_i32s("tokenizer.ggml.token_type", types);
+    out.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(unknown));
+    const uint32_t nul = static_cast<uint32_t>(processor.PieceToId("<0x00>"));
+    out.set_u32("tokenizer.ggml.bos_token_id", nul);
+    out.set_u32("tokenizer.ggml.eos_token_id", nul);
+    out.set_bool("tokenizer.ggml.add_space_prefix", false);  // trained without a dummy prefix
+}
+
+// ---- tensors ------------------------------------------------------------------------------
+
+GgufTensor float_tensor(const std::string& name, std::vector<int64_t> ne, const std::vector<float>& values,
+                        GgufFloatFormat format) {
+    GgufTensor tensor{name, std::move(ne), GgmlType::f32, {}};
+    if (format == GgufFloatFormat::f16) {
+        std::vector<uint16_t> halves(values.size());
+        for (size_t i = 0; i < values.size(); ++i) halves[i] = float_to_f16(values[i]);
+        tensor.type = GgmlType::f16;
+        tensor.data = as_bytes(halves);
+    } else {
+        tensor.data = as_bytes(values);
+    }
+    return tensor;
+}
+
+// Integer codes (rows, cols) of a block linear, in the densest type llama.cpp accepts.
+GgufTensor code_tensor(const std::string& name, const ParamTensor& t, const std::vector<int8_t>& codes, bool ternary,
+                       const GgufExportOptions& options, int& fallbacks) {
+    GgufTensor tensor{name, gguf_shape(t), GgmlType::f32, {}};
+    if (ternary && t.cols % 256 == 0) {
+        tensor.type = options.ternary == GgufTernaryFormat::tq2_0 ? GgmlType::tq2_0 : GgmlType::tq1_0;
+        tensor.data = tensor.type == GgmlType::tq2_0 ? encode_tq2_0(codes.data(), t.rows, t.cols)
+                                                     : encode_tq1_0(codes.data(), t.rows, t.cols);
+    } else if (!ternary && t.cols % 32 == 0) {
+        tensor.type = GgmlType::q8_0;
+        tensor.data = encode_q8_0_unit_scale(codes.data(), t.rows, t.cols);
+    } else {
+        if (ternary) ++fallbacks;
+        std::vector<float> values(codes.begin(), codes.end());
+        tensor.data = as_bytes(values);
+    }
+    return tensor;
+}
+
+std::vector<int8_t> decode_codes(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
+    const std::vector<uint8_t> data = reader.read(info);
+    const size_t count = static_cast<size_t>(rows) * cols;
+    switch (info.type) {
+        case GgmlType::tq2_0: return decode_tq2_0(data.data(), rows, cols);
+        case GgmlType::tq1_0: return decode_tq1_0(data.data(), rows, cols);
+        case GgmlType::q8_0: return decode_q8_0_unit_scale(data.data(), rows, cols, reader.path() + " " + info.name);
+        case GgmlType::f32: {
+            std::vector<int8_t> codes(count);
+            for (size_t i = 0; i < count; ++i) {
+                float value;
+                std::memcpy(&value, data.data() + 4 * i, 4);
+                require(value == std::nearbyint(value) && value >= -128.0f && value <= 127.0f,
+                        "GGUF file " + reader.path() + ": " + info.name + " should hold integer codes");
+                codes[i] = static_cast<int8_t>(value);
+            }
+            return codes;
+        }
+        case GgmlType::f16: break;
+    }
+    throw Error("GGUF file " + reader.path() + ": " + info.name + " has a type that cannot hold codes");
+}
+
+std::vector<float> decode_floats(const GgufReader& reader, const GgufReader::TensorInfo& info, size_t count) {
+    const std::vector<uint8_t> data = reader.read(info);
+    std::vector<float> values(count);
+    if (info.type == GgmlType::f32) {
+        std::memcpy(values.data(), data.data(), count * 4);
+    } else if (info.type == GgmlType::f16) {
+        for (size_t i = 0; i < count; ++i) {
+            uint16_t half;
+            std::memcpy(&half, data.data() + 2 * i, 2);
+            values[i] = f16_to_float(half);
+        }
+    } else {
+        throw Error("GGUF file " + reader.path() + ": " + info.name + " should be F32 or F16, it is " +
+                    ggml_type_name(info.type));
+    }
+    return values;
+}
+
+}  // namespace
+
+GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& tokenizer,
+                              const GgufExportOptions& options, const std::string& path) {
+    // bitnet's inference weights are the absmean ternarization of its latents.
+    std::unique_ptr<ModelParameters> converted;
+    if (source.method.method == Method::bitnet) converted = convert_to_ternary(source);
+    const ModelParameters& model = converted ? *converted : source;
+    const ModelConfig& c = model.config;
+    require(tokenizer.vocab_size() == c.vocab_size, "export: the tokenizer's vocabulary does not match the model's");
+
+    GgufExportSummary summary;
+    summary.architecture = architecture_of(c);
+    const std::string& arch = summary.architecture;
+    GgufWriter out;
+    out.set_string("general.architecture", arch);
+    out.set_string("general.name", "dqt " + source.method.label());
+    out.set_u32(arch + ".context_length", static_cast<uint32_t>(c.seq_len));
+    out.set_u32(arch + ".embedding_length", static_cast<uint32_t>(c.dim));
+    out.set_u32(arch + ".block_count", static_cast<uint32_t>(c.n_layers));
+    out.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+    out.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(c.n_heads));
+    out.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+    out.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
+    out.set_f32(arch + ".rope.freq_base", c.rope_theta);
+    out.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+    out.set_string("dqt.model", nlohmann::json(c).dump());
+    out.set_string("dqt.method", nlohmann::json(model.method).dump());
+    out.set_string("dqt.source_method", source.method.label());
+    write_tokenizer(out, tokenizer);
+
+    std::vector<float> code_scales;
+    for (const ParamTensor& t : model.layout.tensors) {
+        const std::string name = t.name + ".weight";
+        const bool permute = rope_permuted(arch, t.name);
+        code_scales.push_back(t.storage == TensorStorage::codes ? model.scale(t) : 0.0f);
+        if (t.storage == TensorStorage::codes && t.role == TensorRole::block_linear) {
+            std::vector<int8_t> codes(t.count());
+            for (size_t i = 0; i < codes.size(); ++i)
+                codes[i] = static_cast<int8_t>(read_code(model.code(t), model.method.grid, i));
+            codes = rows_in_file_order(codes, t.rows, t.cols, c.head_dim(), permute);
+            out.add_tensor(code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks));
+            // gamma: W = q / s = q * (1 / s), multiplied in after the matmul.
+            out.add_tensor(float_tensor(t.name + ".scale", {1}, {1.0f / model.scale(t)}, GgufFloatFormat::f32));
+            continue;
+        }
+        std::vector<float> values(t.count());
+        model.read_dense(t, values.data());
+        values = rows_in_file_order(values, t.rows, t.cols, c.head_dim(), permute);
+        // Norm gains stay F32 (llama.cpp multiplies them in F32); so does a dequantized table.
+        const GgufFloatFormat format = t.is_matrix() && t.storage == TensorStorage::f32 ? options.floats : GgufFloatFormat::f32;
+        out.add_tensor(float_tensor(name, gguf_shape(t), values, format));
+    }
+    out.set_f32s("dqt.code_scales", code_scales);
+    out.write(path);
+
+    const GgufReader written(path);
+    for (const auto& info : written.tensors()) summary.tensor_types.push_back(info.name + ": " + ggml_type_name(info.type));
+    return summary;
+}
+
+LoadedModel import_gguf(const std::string& path) {
+    const GgufReader reader(path);
+    require(reader.find("dqt.model") != nullptr && reader.find("dqt.method") != nullptr,
+            "GGUF file " + path + " was not written by `dqt export`: dqt reads only its own GGUF files");
+    LoadedModel loaded;
+    try {
+        loaded.options.model = nlohmann::json::parse(reader.string("dqt.model")).get<ModelConfig>();
+        loaded.options.method = nlohmann::json::parse(reader.string("dqt.method")).get<MethodConfig>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + e.what() + ")");
+    }
+    const ModelConfig& c = loaded.options.model;
+    c.validate();
+    loaded.options.method.validate();
+    const std::string arch = reader.string("general.architecture");
+    loaded.model = std::make_unique<ModelParameters>(c, loaded.options.method);
+    ModelParameters& model = *loaded.model;
+
+    const GgufValue* scales = reader.find("dqt.code_scales");
+    require(scales != nullptr && scales->type == GgufValueType::array &&
+                scales->value.size() == model.layout.tensors.size(),
+            "GGUF file " + path + ": dqt.code_scales is missing or does not match the model");
+    for (const ParamTensor& t : model.layout.tensors) {
+        const std::string name = t.name + ".weight";
+        const GgufReader::TensorInfo* info = reader.find_tensor(name);
+        require(info != nullptr, "GGUF file " + path + " lacks the tensor " + name);
+        require(info->ne == gguf_shape(t), "GGUF file " + path + ": tensor " + name + " has the wrong shape");
+        const bool permute = rope_permuted(arch, t.name);
+        if (t.storage == TensorStorage::codes) {
+            model.scale(t) = scales->value[static_cast<size_t>(t.tensor_id)].get<float>();
+            std::vector<int8_t> codes;
+            if (t.role == TensorRole::block_linear) {
+                codes = decode_codes(reader, *info, t.rows, t.cols);
+            } else {
+                // A dequantized table: its codes are round(value * scale), exactly.
+                const std::vector<float> values = decode_floats(reader, *info, t.count());
+                codes.resize(values.size());
+                for (size_t i = 0; i < values.size(); ++i)
+                    codes[i] = static_cast<int8_t>(std::nearbyint(values[i] * model.scale(t)));
+            }
+            codes = rows_in_model_order(codes, t.rows, t.cols, c.head_dim(), permute);
+            const CodeGrid grid = model.method.grid;
+            for (size_t i = 0; i < codes.size(); ++i) {
+                require(codes[i] >= grid.qn() && codes[i] <= grid.qp(),
+                        "GGUF file " + path + ": tensor " + name + " holds a code outside the " + grid.label() + "-bit grid");
+                write_code(model.code(t), grid, i, codes[i]);
+            }
+        } else {
+            const std::vector<float> values =
+                rows_in_model_order(decode_floats(reader, *info, t.count()), t.rows, t.cols, c.head_dim(), permute);
+            std::memcpy(model.value(t), values.data(), values.size() * sizeof(float));
+        }
+    }
+
+    const GgufValue* blob = reader.find("dqt.tokenizer.data");
+    require(blob != nullptr && blob->type == GgufValueType::array, "GGUF file " + path + " lacks dqt.tokenizer.data");
+    std::string bytes;
+    for (const auto& byte : blob->value) bytes.push_back(static_cast<char>(byte.get<uint8_t>()));
+    loaded.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
+    require(loaded.tokenizer->vocab_size() == c.vocab_size,
+            "GGUF file " + path + ": the tokenizer's vocabulary does not match the model's");
+    return loaded;
+}
+
+}  // namespace dqt

@@ -1,0 +1,137 @@
+#include "export/ternary_blocks.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/f16.h"
+
+namespace dqt {
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr uint16_t kHalfOne = 0x3c00;  // fp16 1.0
+
+void put_half(uint8_t* at, uint16_t half) { std::memcpy(at, &half, 2); }
+
+uint16_t get_half(const uint8_t* at) {
+    uint16_t half;
+    std::memcpy(&half, at, 2);
+    return half;
+}
+
+uint16_t ternary_block_scale(const int8_t* codes) {
+    for (int i = 0; i < kBlock; ++i)
+        if (codes[i] != 0) return kHalfOne;
+    return 0;
+}
+
+// The trits of a TQ1_0 block in storage order: (byte index, trit position, element).
+template <typename Visit>
+void for_each_tq1_trit(Visit&& visit) {
+    for (int m = 0; m < 32; ++m)
+        for (int n = 0; n < 5; ++n) visit(m, n, m + 32 * n);
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 5; ++n) visit(32 + m, n, 160 + m + 16 * n);
+    for (int j = 0; j < 4; ++j)
+        for (int n = 0; n < 4; ++n) visit(48 + j, n, 240 + j + 4 * n);
+}
+
+void require_ternary_scale(uint16_t d, bool all_zero_allowed) {
+    require(d == kHalfOne || (all_zero_allowed && d == 0),
+            "GGUF ternary block has scale " + std::to_string(f16_to_float(d)) +
+                "; dqt reads the files it wrote (block scale 1, the tensor's scale in <name>.scale)");
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_tq2_0(const int8_t* codes, int rows, int cols) {
+    require(cols % kBlock == 0, "TQ2_0 needs rows that are a multiple of 256 elements");
+    const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
+    std::vector<uint8_t> out(blocks * 66, 0);
+    for (size_t b = 0; b < blocks; ++b) {
+        const int8_t* q = codes + b * kBlock;
+        uint8_t* block = out.data() + b * 66;
+        for (int e = 0; e < kBlock; ++e) {
+            const int byte = (e / 128) * 32 + e % 32, shift = 2 * ((e % 128) / 32);
+            block[byte] = static_cast<uint8_t>(block[byte] | ((q[e] + 1) << shift));
+        }
+        put_half(block + 64, ternary_block_scale(q));
+    }
+    return out;
+}
+
+std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols) {
+    const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
+    std::vector<int8_t> codes(blocks * kBlock);
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t* block = data + b * 66;
+        const uint16_t d = get_half(block + 64);
+        require_ternary_scale(d, true);
+        for (int e = 0; e < kBlock; ++e) {
+            const int code = (block[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            require(code != 3, "GGUF TQ2_0 block holds the unused code 3");
+            codes[b * kBlock + e] = static_cast<int8_t>(d == 0 ? 0 : code - 1);
+        }
+    }
+    return codes;
+}
+
+std::vector<uint8_t> encode_tq1_0(const int8_t* codes, int rows, int cols) {
+    require(cols % kBlock == 0, "TQ1_0 needs rows that are a multiple of 256 elements");
+    const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
+    std::vector<uint8_t> out(blocks * 54, 0);
+    for (size_t b = 0; b < blocks; ++b) {
+        const int8_t* q = codes + b * kBlock;
+        uint8_t* block = out.data() + b * 54;
+        int value[52] = {};  // base-3 number per byte, first trit most significant
+        for_each_tq1_trit([&](int byte, int, int element) { value[byte] = value[byte] * 3 + (q[element] + 1); });
+        for (int byte = 0; byte < 52; ++byte) {
+            const int v = byte >= 48 ? value[byte] * 3 : value[byte];  // 4-trit bytes: shift to the top trit
+            block[byte] = static_cast<uint8_t>((v * 256 + 242) / 243);
+        }
+        put_half(block + 52, ternary_block_scale(q));
+    }
+    return out;
+}
+
+std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols) {
+    static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+    const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
+    std::vector<int8_t> codes(blocks * kBlock);
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t* block = data + b * 54;
+        const uint16_t d = get_half(block + 52);
+        require_ternary_scale(d, true);
+        for_each_tq1_trit([&](int byte, int n, int element) {
+            const uint8_t shifted = static_cast<uint8_t>(block[byte] * kPow3[n]);
+            const int trit = (static_cast<uint16_t>(shifted) * 3) >> 8;
+            codes[b * kBlock + element] = static_cast<int8_t>(d == 0 ? 0 : trit - 1);
+        });
+    }
+    return codes;
+}
+
+std::vector<uint8_t> encode_q8_0_unit_scale(const int8_t* codes, int rows, int cols) {
+    require(cols % 32 == 0, "Q8_0 needs rows that are a multiple of 32 elements");
+    const size_t blocks = static_cast<size_t>(rows) * (cols / 32);
+    std::vector<uint8_t> out(blocks * 34);
+    for (size_t b = 0; b < blocks; ++b) {
+        put_half(out.data() + b * 34, kHalfOne);
+        std::memcpy(out.data() + b * 34 + 2, codes + b * 32, 32);
+    }
+    return out;
+}
+
+std::vector<int8_t> decode_q8_0_unit_scale(const uint8_t* data, int rows, int cols, const std::string& what) {
+    const size_t blocks = static_cast<size_t>(rows) * (cols / 32);
+    std::vector<int8_t> codes(blocks * 32);
+    for (size_t b = 0; b < blocks; ++b) {
+        require(get_half(data + b * 34) == kHalfOne,
+                "GGUF Q8_0 tensor " + what + " has a block scale other than 1: not written by dqt");
+        std::memcpy(codes.data() + b * 32, data + b * 34 + 2, 32);
+    }
+    return codes;
+}
+
+}  // namespace dqt

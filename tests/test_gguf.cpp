@@ -1,0 +1,315 @@
+// GGUF: the container (round trip, damage refused), llama.cpp's block formats, fp16, and
+// a model's export then import giving back the same codes and values bit for bit.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "export/gguf_model.h"
+#include "export/ternary_blocks.h"
+#include "io/gguf.h"
+#include "kernels/ternary_matmul.h"
+#include "model/llama.h"
+#include "quant/codes.h"
+#include "quant/f16.h"
+#include "test_helpers.h"
+
+using namespace dqt;
+using dqt::testing::TempDir;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+    std::ofstream file(path, std::ios::binary);
+    file << bytes;
+}
+
+std::vector<int8_t> random_codes(std::mt19937& rng, size_t count, int low, int high) {
+    std::uniform_int_distribution<int> pick(low, high);
+    std::vector<int8_t> codes(count);
+    for (auto& c : codes) c = static_cast<int8_t>(pick(rng));
+    return codes;
+}
+
+GgufWriter small_file() {
+    GgufWriter out;
+    out.set_string("general.architecture", "llama");
+    out.set_u32("llama.block_count", 3);
+    out.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    out.set_bool("flag", true);
+    out.set_strings("names", {"a", "", "\xc3\xb6"});
+    out.set_f32s("scores", {0.5f, -1.25f, 3.1415927f});
+    out.set_i32s("types", {1, 6, -3});
+    out.set_bytes("blob", std::string("\x00\xff\x10", 3));
+    std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+    GgufTensor tensor{"w.weight", {3, 2}, GgmlType::f32, std::vector<uint8_t>(24)};
+    std::memcpy(tensor.data.data(), values.data(), 24);
+    out.add_tensor(tensor);
+    GgufTensor ternary{"t.weight", {256, 1}, GgmlType::tq2_0, std::vector<uint8_t>(66, 0x55)};
+    out.add_tensor(ternary);
+    return out;
+}
+
+}  // namespace
+
+TEST(Gguf, ContainerRoundTripsMetadataAndTensors) {
+    TempDir dir("gguf");
+    const std::string path = dir / "a.gguf";
+    small_file().write(path);
+    ASSERT_TRUE(is_gguf_file(path));
+    const GgufReader reader(path);
+    EXPECT_EQ(reader.string("general.architecture"), "llama");
+    EXPECT_EQ(reader.u32("llama.block_count"), 3u);
+    EXPECT_EQ(reader.f32("llama.attention.layer_norm_rms_epsilon"), 1e-5f);
+    EXPECT_EQ(reader.u32("general.alignment"), 32u);
+    EXPECT_EQ(reader.find("flag")->value.get<bool>(), true);
+    EXPECT_EQ(reader.find("names")->value, nlohmann::json({"a", "", "\xc3\xb6"}));
+    EXPECT_EQ(reader.find("scores")->value[2].get<float>(), 3.1415927f);
+    EXPECT_EQ(reader.find("types")->value, nlohmann::json({1, 6, -3}));
+    EXPECT_EQ(reader.find("blob")->value, nlohmann::json({0, 255, 16}));
+    EXPECT_THROW(reader.u32("general.architecture"), Error);  // wrong type
+    EXPECT_THROW(reader.u32("missing"), Error);
+    ASSERT_EQ(reader.tensors().size(), 2u);
+    const auto& w = reader.tensors()[0];
+    EXPECT_EQ(w.ne, (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(w.offset % 32, 0u);
+    const std::vector<uint8_t> data = reader.read(w);
+    float values[6];
+    std::memcpy(values, data.data(), 24);
+    EXPECT_EQ(values[5], 6.0f);
+    EXPECT_EQ(reader.tensors()[1].type, GgmlType::tq2_0);
+    EXPECT_EQ(reader.tensors()[1].offset - w.offset, 32u);  // 24 bytes padded to the alignment
+}
+
+TEST(Gguf, DamagedFilesAreRefusedWithAClearError) {
+    TempDir dir("gguf-bad");
+    const std::string good = dir / "good.gguf";
+    small_file().write(good);
+    const std::string bytes = read_all(good);
+    const std::string bad = dir / "bad.gguf";
+    auto expect_refused = [&](const std::string& content, const std::string& needle) {
+        write_all(bad, content);
+        try {
+            GgufReader reader(bad);
+            ADD_FAILURE() << "accepted a damaged file; expected: " << needle;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+        }
+    };
+    std::string wrong_magic = bytes;
+    wrong_magic[0] = 'X';
+    expect_refused(wrong_magic, "wrong magic");
+    std::string old_version = bytes;
+    old_version[4] = 2;
+    expect_refused(old_version, "version 2");
+    // Cut anywhere: the header, a string, an array, the tensor table, the data (the last
+    // tensor's 66 bytes are followed by 30 bytes of padding, which a reader may lack).
+    for (size_t cut : {size_t{3}, size_t{10}, size_t{30}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 40,
+                       bytes.size() - 31}) {
+        write_all(bad, bytes.substr(0, cut));
+        EXPECT_THROW(GgufReader reader(bad), Error) << "cut at " << cut;
+    }
+    // A type dqt does not read (Q4_1 = 3) in place of the first tensor's F32.
+    std::string unsupported = bytes;
+    const size_t name_at = unsupported.find("w.weight");
+    const size_t type_at = name_at + 8 + 4 + 16;  // name, n_dims, two i64 dims
+    ASSERT_EQ(unsupported[type_at], 0);
+    unsupported[type_at] = 3;
+    expect_refused(unsupported, "type 3");
+    // An array whose count runs past the end of the file.
+    std::string huge_array = bytes;
+    const size_t blob_at = huge_array.find("blob") + 4 + 4 + 4;  // key, value type, element type
+    huge_array[blob_at + 6] = 0x7f;
+    expect_refused(huge_array, "truncated");
+    EXPECT_THROW(GgufReader(dir / "missing.gguf"), Error);
+}
+
+TEST(Gguf, Fp16ConversionRoundsToNearestEven) {
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = f16_to_float(static_cast<uint16_t>(h));
+        if (std::isnan(f)) continue;
+        ASSERT_EQ(float_to_f16(f), h) << h;  // every half is a float that converts back
+    }
+    EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+    EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
+    EXPECT_EQ(float_to_f16(1e6f), 0x7c00);
+    EXPECT_EQ(float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // halfway: to even
+    EXPECT_EQ(float_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> pick(-70000.0f, 70000.0f);
+    for (int i = 0; i < 100000; ++i) {
+        float x = pick(rng) * std::pow(2.0f, static_cast<float>(static_cast<int>(rng() % 40) - 30));
+        const uint16_t h = float_to_f16(x);
+        const float y = f16_to_float(h);
+        if (std::isinf(y)) {
+            ASSERT_GE(std::fabs(x), 65504.0f);
+            continue;
+        }
+        // No other half is closer.
+        for (int step : {-1, 1}) {
+            const float other = f16_to_float(static_cast<uint16_t>(h + step));
+            if (std::isnan(other) || std::isinf(other) || ((h & 0x7fff) == 0 && step < 0)) continue;
+            ASSERT_LE(std::fabs(y - x), std::fabs(other - x)) << x;
+        }
+    }
+}
+
+TEST(Gguf, BlockFormatsRoundTripCodes) {
+    std::mt19937 rng(std::random_device{}());
+    const int rows = 5, cols = 512;
+    auto ternary = random_codes(rng, static_cast<size_t>(rows) * cols, -1, 1);
+    std::fill(ternary.begin() + 256, ternary.begin() + 512, 0);  // an all-zero block
+    EXPECT_EQ(decode_tq2_0(encode_tq2_0(ternary.data(), rows, cols).data(), rows, cols), ternary);
+    EXPECT_EQ(decode_tq1_0(encode_tq1_0(ternary.data(), rows, cols).data(), rows, cols), ternary);
+    const auto bytes = random_codes(rng, static_cast<size_t>(rows) * cols, -128, 127);
+    EXPECT_EQ(decode_q8_0_unit_scale(encode_q8_0_unit_scale(bytes.data(), rows, cols).data(), rows, cols, "t"), bytes);
+
+    // TQ2_0's codes are the inference kernels' packed layout; d is 1, or 0 for the zero block.
+    const auto tq2 = encode_tq2_0(ternary.data(), rows, cols);
+    const TernaryMatrix packed = pack_ternary(ternary.data(), rows, cols, 1.0f);
+    EXPECT_EQ(0, std::memcmp(tq2.data(), packed.row(0), 64));
+    EXPECT_EQ(tq2[64] | (tq2[65] << 8), 0x3c00);
+    EXPECT_EQ(tq2[66 + 64] | (tq2[66 + 65] << 8), 0);
+
+    // TQ1_0 by hand: all +1 (trit 2) gives 242 -> ceil(242 * 256 / 243) = 255 in a 5-trit byte;
+    // in a 4-trit byte 2222 (base 3) = 80, times 3 = 240 -> ceil(240 * 256 / 243) = 253.
+    const std::vector<int8_t> ones(256, 1);
+    const auto tq1 = encode_tq1_0(ones.data(), 1, 256);
+    EXPECT_EQ(tq1[0], 255);
+    EXPECT_EQ(tq1[48], 253);
+
+    std::vector<uint8_t> foreign = tq2;
+    foreign[65] = 0x40;  // d = 2: not a dqt export
+    EXPECT_THROW(decode_tq2_0(foreign.data(), rows, cols), Error);
+}
+
+// ---- the model ----------------------------------------------------------------------------
+
+namespace {
+
+ModelConfig export_config(bool subln, bool tied, int ffn) {
+    ModelConfig c;
+    c.dim = 256;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.ffn_dim = ffn;
+    c.vocab_size = 256;
+    c.seq_len = 16;
+    c.subln = subln;
+    c.tie_embeddings = tied;
+    return c;
+}
+
+MethodConfig dqt_bits(int bits) {
+    MethodConfig m;
+    m.method = Method::dqt;
+    m.grid = CodeGrid{bits};
+    return m;
+}
+
+void expect_identical(const ModelParameters& a, const ModelParameters& b) {
+    ASSERT_EQ(a.layout.tensors.size(), b.layout.tensors.size());
+    ASSERT_EQ(a.layout.code_total, b.layout.code_total);
+    ASSERT_EQ(a.layout.value_total, b.layout.value_total);
+    for (const ParamTensor& t : a.layout.tensors) {
+        const ParamTensor& u = b.layout.tensors[static_cast<size_t>(t.tensor_id)];
+        ASSERT_EQ(t.name, u.name);
+        if (t.storage == TensorStorage::codes) {
+            EXPECT_EQ(std::bit_cast<uint32_t>(a.scale(t)), std::bit_cast<uint32_t>(b.scale(u))) << t.name;
+            EXPECT_EQ(0, std::memcmp(a.code(t), b.code(u), code_bytes(a.method.grid, t.count()))) << t.name;
+        } else {
+            EXPECT_EQ(0, std::memcmp(a.value(t), b.value(u), t.count() * sizeof(float))) << t.name;
+        }
+    }
+}
+
+}  // namespace
+
+TEST(GgufModel, ExportThenImportIsBitExact) {
+    TempDir dir("gguf-model");
+    const auto tokenizer = make_byte_tokenizer();
+    MethodConfig quantized_tables = dqt_bits(1);
+    quantized_tables.quantize_embedding = quantized_tables.quantize_head = true;
+    struct Case {
+        const char* what;
+        ModelConfig config;
+        MethodConfig method;
+        GgufTernaryFormat ternary;
+        const char* expected_type;  // of blk.0.attn_q
+    };
+    const Case cases[] = {
+        {"fp, bitnet graph", export_config(true, true, 512), MethodConfig{}, GgufTernaryFormat::tq2_0, "F32"},
+        {"dqt ternary, TQ2_0", export_config(true, true, 512), dqt_bits(1), GgufTernaryFormat::tq2_0, "TQ2_0"},
+        {"dqt ternary, TQ1_0", export_config(true, true, 512), dqt_bits(1), GgufTernaryFormat::tq1_0, "TQ1_0"},
+        {"dqt ternary, ragged ffn", export_config(true, true, 200), dqt_bits(1), GgufTernaryFormat::tq2_0, "TQ2_0"},
+        {"dqt 4-bit, Q8_0", export_config(true, true, 512), dqt_bits(4), GgufTernaryFormat::tq2_0, "Q8_0"},
+        {"dqt ternary, quantized tables", export_config(true, true, 512), quantized_tables, GgufTernaryFormat::tq2_0,
+         "TQ2_0"},
+        {"dqt ternary, llama graph, untied", export_config(false, false, 512), dqt_bits(1), GgufTernaryFormat::tq2_0,
+         "TQ2_0"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        ModelParameters model(c.config, c.method);
+        model.initialize(std::random_device{}());
+        const std::string path = dir / "model.gguf";
+        GgufExportOptions options;
+        options.ternary = c.ternary;
+        const GgufExportSummary summary = export_gguf(model, *tokenizer, options, path);
+        EXPECT_EQ(summary.architecture, c.config.subln ? "bitnet" : "llama");
+        const GgufReader reader(path);
+        EXPECT_STREQ(ggml_type_name(reader.find_tensor("blk.0.attn_q.weight")->type), c.expected_type);
+        EXPECT_EQ(reader.find_tensor("output.weight") != nullptr, !c.config.tie_embeddings);
+
+        const LoadedModel loaded = import_gguf(path);
+        EXPECT_EQ(loaded.model->method.label(), model.method.label());
+        expect_identical(model, *loaded.model);
+        EXPECT_EQ(loaded.tokenizer->kind(), "byte");
+    }
+}
+
+TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {
+    TempDir dir("gguf-bitnet");
+    MethodConfig bitnet;
+    bitnet.method = Method::bitnet;
+    const ModelConfig config = export_config(true, true, 512);
+    ModelParameters model(config, bitnet);
+    model.initialize(77);
+    const std::string path = dir / "bitnet.gguf";
+    export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, path);
+    const LoadedModel loaded = import_gguf(path);
+    EXPECT_EQ(loaded.model->method.label(), "dqt-1.58");
+    Activations a(config, 1, config.seq_len), b(config, 1, config.seq_len);
+    for (size_t i = 0; i < a.tokens.size(); ++i) a.tokens[i] = b.tokens[i] = static_cast<int32_t>((i * 37) % 256);
+    model_forward(model, a, false);
+    model_forward(*loaded.model, b, false);
+    for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(b.logits[i], a.logits[i], 1e-4f * (1 + std::fabs(a.logits[i])));
+}
+
+TEST(GgufModel, UnexportableModelsAndForeignFilesAreRefused) {
+    TempDir dir("gguf-refuse");
+    const std::string path = dir / "model.gguf";
+    ModelParameters untied_subln(export_config(true, false, 512), dqt_bits(1));
+    try {
+        export_gguf(untied_subln, *make_byte_tokenizer(), GgufExportOptions{}, path);
+        ADD_FAILURE() << "exported a SubLN model with an untied head";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--tie-embeddings"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(path));
+    small_file().write(path);  // a GGUF without dqt's keys
+    EXPECT_THROW(import_gguf(path), Error);
+}
