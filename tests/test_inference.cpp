@@ -59,6 +59,36 @@ TEST(Inference, KvCacheDecodeMatchesFullForwardAtEveryPosition) {
     }
 }
 
+// A batched prefill leaves the cache and the logits that token-by-token decoding leaves.
+TEST(Inference, PrefillMatchesTokenByTokenDecoding) {
+    const ModelConfig config = small_config(true, 2);
+    ModelParameters model(config);
+    const uint64_t seed = std::random_device{}();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    model.initialize(seed);
+    std::vector<int32_t> prompt(7);
+    for (size_t t = 0; t < prompt.size(); ++t)
+        prompt[t] = static_cast<int32_t>(random_u64(seed, kStreamBatch, 0, t) % config.vocab_size);
+    KvCache stepwise(config, config.seq_len), batched(config, config.seq_len);
+    DecodeScratch a(config), b(config);
+    for (int32_t token : prompt) decode_token(model, stepwise, a, token);
+    prefill(model, batched, b, prompt.data(), static_cast<int>(prompt.size()));
+    EXPECT_EQ(batched.length, stepwise.length);
+    for (int v = 0; v < config.vocab_size; ++v) ASSERT_NEAR(b.logits[v], a.logits[v], 1e-4f + 1e-4f * std::fabs(a.logits[v]));
+    for (int l = 0; l < config.n_layers; ++l)
+        for (size_t i = 0; i < prompt.size() * config.kv_dim(); ++i) {
+            ASSERT_NEAR(batched.keys[l][i], stepwise.keys[l][i], 1e-4f) << "layer " << l;
+            ASSERT_NEAR(batched.values[l][i], stepwise.values[l][i], 1e-4f) << "layer " << l;
+        }
+    // Decoding goes on from either cache alike.
+    decode_token(model, stepwise, a, 3);
+    decode_token(model, batched, b, 3);
+    for (int v = 0; v < config.vocab_size; ++v) ASSERT_NEAR(b.logits[v], a.logits[v], 1e-4f + 1e-4f * std::fabs(a.logits[v]));
+    KvCache used(config, config.seq_len);
+    decode_token(model, used, a, 1);
+    EXPECT_THROW(prefill(model, used, b, prompt.data(), 2), Error);  // not empty
+}
+
 TEST(Inference, DecodeRejectsTokenOutsideVocabulary) {
     const ModelConfig config = small_config(true, 4);
     ModelParameters model(config);

@@ -10,6 +10,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/llama.h"
 #include "model/weight_access.h"
 
 namespace dqt {
@@ -89,6 +90,27 @@ void decode_token(const ModelParameters& model, KvCache& cache, DecodeScratch& s
     prepare_linear_input(model, *w.output, s.normed.data(), 1);
     weight_linear_forward(model, *w.output, s.logits.data(), s.normed.data(), 1);
     cache.length = pos + 1;
+}
+
+void prefill(const ModelParameters& model, KvCache& cache, DecodeScratch& scratch, const int32_t* tokens, int count) {
+    const ModelConfig& c = model.config;
+    require(cache.length == 0, "prefill needs an empty cache");
+    require(count > 0 && count <= cache.max_seq, "prefill: " + std::to_string(count) + " tokens do not fit a context of " +
+                                                      std::to_string(cache.max_seq));
+    for (int t = 0; t < count; ++t)
+        require(tokens[t] >= 0 && tokens[t] < c.vocab_size,
+                "token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    Activations acts(c, 1, count);
+    std::memcpy(acts.tokens.data(), tokens, static_cast<size_t>(count) * sizeof(int32_t));
+    model_forward(model, acts, false);
+    const size_t kv_values = static_cast<size_t>(count) * c.kv_dim();
+    for (int l = 0; l < c.n_layers; ++l) {
+        std::memcpy(cache.keys[l].data(), acts.layers[l].k.data(), kv_values * sizeof(float));
+        std::memcpy(cache.values[l].data(), acts.layers[l].v.data(), kv_values * sizeof(float));
+    }
+    std::memcpy(scratch.logits.data(), acts.logits.data() + static_cast<size_t>(count - 1) * c.vocab_size,
+                static_cast<size_t>(c.vocab_size) * sizeof(float));
+    cache.length = count;
 }
 
 int32_t sample_token(const float* logits, int vocab, const SamplingOptions& options, float u) {

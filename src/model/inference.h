@@ -28,6 +28,11 @@ struct DecodeScratch {
 // next-token logits in scratch.logits.
 void decode_token(const ModelParameters& model, KvCache& cache, DecodeScratch& scratch, int32_t token);
 
+// Runs a prompt of `count` tokens into an empty cache in one batched causal forward (the
+// prompt shape: matrix-matrix products), stores their keys and values, and leaves the last
+// position's next-token logits in scratch.logits. Same result as decode_token per token.
+void prefill(const ModelParameters& model, KvCache& cache, DecodeScratch& scratch, const int32_t* tokens, int count);
+
 struct SamplingOptions {
     float temperature = 0.8f;  // 0 = greedy
     int top_k = 40;            // 0 = no limit

@@ -22,7 +22,7 @@ GenerationResult generate_text(const ModelParameters& model, const Tokenizer& to
 
     KvCache cache(model.config, context);
     DecodeScratch scratch(model.config);
-    for (int32_t token : tokens) decode_token(model, cache, scratch, token);
+    prefill(model, cache, scratch, tokens.data(), static_cast<int>(tokens.size()));
 
     GenerationResult result;
     result.prompt_tokens = static_cast<int>(tokens.size());

@@ -1,0 +1,185 @@
+// The real engine: a small trained ternary model exported to GGUF runs in llama.cpp (the
+// prebuilt CPU libraries of npm node-llama-cpp@3.22.1, installed by scripts/setup.sh into
+// tools/llamacpp/) and gives dqt's next-token distributions and greedy continuations; both
+// vocabularies tokenize the same way there as in dqt.
+//
+// Why not bit-identical: llama.cpp quantizes the activations entering a TQ weight per block of
+// 256 values (Q8_K) where dqt quantizes per token (the same for a 256-wide input, finer for
+// ffn_down's 512-wide one), sums attention in another order, and its bitnet graph applies
+// RMSNorm with double accumulation. Measured on this test's model: the largest probability
+// difference stays below 1e-3; the bound below leaves room for other CPUs' kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "export/gguf_model.h"
+#include "model/inference.h"
+#include "model/ternary_pack.h"
+#include "test_helpers.h"
+#include "train/model_checkpoint.h"
+#include "train/trainer.h"
+
+using namespace dqt;
+using dqt::testing::TempDir;
+
+namespace {
+
+constexpr double kMaxProbabilityDifference = 1e-2;
+constexpr int kGreedyTokens = 16;
+
+std::string interop_script() { return std::string(DQT_SOURCE_DIR) + "/tools/llamacpp/interop.mjs"; }
+
+bool llamacpp_installed() {
+    return std::filesystem::exists(std::string(DQT_SOURCE_DIR) + "/tools/llamacpp/node_modules/node-llama-cpp");
+}
+
+// Runs the request through llama.cpp; the parsed response (stdout; its log goes to stderr).
+nlohmann::json run_llamacpp(const nlohmann::json& request, const std::string& folder) {
+    const std::string request_path = folder + "/request.json";
+    std::ofstream(request_path) << request.dump();
+    FILE* pipe = popen(("node " + interop_script() + " " + request_path).c_str(), "r");
+    std::string output;
+    char chunk[4096];
+    size_t got;
+    while (pipe && (got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) output.append(chunk, got);
+    const int status = pipe ? pclose(pipe) : -1;
+    EXPECT_EQ(status, 0) << output;
+    const nlohmann::json response = nlohmann::json::parse(output, nullptr, false);
+    EXPECT_FALSE(response.is_discarded()) << "llama.cpp's answer is not JSON: " << output;
+    return response.is_discarded() ? nlohmann::json::object() : response;
+}
+
+std::vector<double> softmax(const float* logits, int count) {
+    double top = logits[0];
+    for (int i = 1; i < count; ++i) top = std::max(top, static_cast<double>(logits[i]));
+    std::vector<double> p(count);
+    double sum = 0.0;
+    for (int i = 0; i < count; ++i) sum += p[i] = std::exp(logits[i] - top);
+    for (double& v : p) v /= sum;
+    return p;
+}
+
+struct DqtRun {
+    std::vector<double> probabilities;  // after the prompt
+    std::vector<int32_t> greedy;
+};
+
+DqtRun run_dqt(const ModelParameters& model, const std::vector<int32_t>& prompt) {
+    KvCache cache(model.config, static_cast<int>(prompt.size()) + kGreedyTokens);
+    DecodeScratch scratch(model.config);
+    for (int32_t token : prompt) decode_token(model, cache, scratch, token);
+    DqtRun run;
+    run.probabilities = softmax(scratch.logits.data(), model.config.vocab_size);
+    for (int i = 0; i < kGreedyTokens; ++i) {
+        const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
+        run.greedy.push_back(next);
+        if (i + 1 < kGreedyTokens) decode_token(model, cache, scratch, next);
+    }
+    return run;
+}
+
+const std::vector<std::string> kTexts = {
+    "The nation shall build the common good. ",
+    "Every citizen must defend our liberty,\nand the Congress will honor its future: 1789-2024!",
+    "  double  spaces, tabs\tand \"quotes\" (parentheses) [brackets] {braces} ... 'apostrophes' ",
+    "Unicode: caf\xc3\xa9, na\xc3\xafve, \xe2\x82\xac 5, \xf0\x9f\x87\xba\xf0\x9f\x87\xb8",
+};
+
+}  // namespace
+
+TEST(LlamaCppInterop, TrainedTernaryModelRunsTheSameInLlamaCpp) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop");
+    TrainOptions options = dqt::testing::tiny_train_options(dir / "run");
+    options.model.dim = 256;  // rows of 256: every block linear in TQ2_0 / TQ1_0
+    options.model.n_heads = 4;
+    options.model.n_kv_heads = 2;
+    options.model.ffn_dim = 512;
+    options.model.seq_len = 64;
+    options.model.tie_embeddings = true;  // llama.cpp's bitnet graph reads its head from token_embd
+    options.method.method = Method::dqt;
+    options.method.grid = CodeGrid{1};
+    options.steps = 30;
+    options.eval_every = 0;
+    run_training(options, RunControl{false, 0, false, true});
+    const LoadedModel trained = load_model_checkpoint(checkpoint_path_in(options.out_dir));
+
+    const std::vector<std::vector<int32_t>> prompts = {
+        trained.tokenizer->encode("The nation shall "), trained.tokenizer->encode("Every citizen must defend "),
+        trained.tokenizer->encode("Our people will"), trained.tokenizer->encode("This union can improve the")};
+    for (GgufTernaryFormat format : {GgufTernaryFormat::tq2_0, GgufTernaryFormat::tq1_0}) {
+        SCOPED_TRACE(format == GgufTernaryFormat::tq2_0 ? "TQ2_0" : "TQ1_0");
+        const std::string gguf = dir / "model.gguf";
+        GgufExportOptions export_options;
+        export_options.ternary = format;
+        export_gguf(*trained.model, *trained.tokenizer, export_options, gguf);
+
+        // dqt runs the exported file itself, on its ternary kernels.
+        LoadedModel imported = load_model_checkpoint(gguf);
+        ASSERT_GT(pack_ternary_weights(*imported.model), 0);
+
+        const nlohmann::json response = run_llamacpp(
+            {{"model", gguf}, {"threads", 1}, {"context", 128}, {"prompts", prompts}, {"greedy_tokens", kGreedyTokens},
+             {"texts", kTexts}},
+            dir.path.string());
+        ASSERT_EQ(response.at("vocab").get<int>(), 256);
+        for (size_t p = 0; p < prompts.size(); ++p) {
+            const DqtRun ours = run_dqt(*imported.model, prompts[p]);
+            std::vector<float> their_logits;
+            for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
+            const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
+            double worst = 0.0;
+            for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
+            EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
+            EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
+            std::printf("[ interop ] prompt %zu: largest probability difference %.2e\n", p, worst);
+        }
+        for (size_t t = 0; t < kTexts.size(); ++t)
+            EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), trained.tokenizer->encode(kTexts[t]))
+                << "text " << t;
+    }
+}
+
+TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop-bpe");
+    dqt::testing::write_tiny_corpus(dir / "corpus", 8);
+    std::vector<std::string> texts;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / "corpus")) {
+        std::ifstream file(entry.path());
+        texts.emplace_back(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+    }
+    texts.push_back("Unicode: caf\xc3\xa9, 1789-2024, \"quotes\"\nnew lines and  double  spaces.");
+    const auto tokenizer = train_bpe_tokenizer(texts, 400, 1);
+    ModelConfig config;
+    config.dim = 256;
+    config.n_layers = 1;
+    config.n_heads = 4;
+    config.ffn_dim = 256;
+    config.seq_len = 64;
+    config.vocab_size = tokenizer->vocab_size();
+    config.tie_embeddings = true;
+    MethodConfig method;
+    method.method = Method::dqt;
+    ModelParameters model(config, method);
+    model.initialize(3);
+    const std::string gguf = dir / "bpe.gguf";
+    export_gguf(model, *tokenizer, GgufExportOptions{}, gguf);
+
+    const nlohmann::json response =
+        run_llamacpp({{"model", gguf}, {"threads", 1}, {"context", 64}, {"texts", kTexts}}, dir.path.string());
+    for (size_t t = 0; t < kTexts.size(); ++t)
+        EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), tokenizer->encode(kTexts[t])) << "text " << t;
+    // And dqt reads its own export back with the same tokenizer.
+    const LoadedModel imported = load_model_checkpoint(gguf);
+    EXPECT_EQ(imported.tokenizer->serialize(), tokenizer->serialize());
+}
