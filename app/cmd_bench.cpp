@@ -74,10 +74,11 @@ void add_bench_train_command(CLI::App& bench) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train, memory");
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train, memory, generate");
     bench->require_subcommand(1);
     add_bench_train_command(*bench);
     add_bench_memory_command(*bench);
+    add_bench_generate_command(*bench);
 }
 
 }  // namespace dqt::cli

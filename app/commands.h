@@ -18,7 +18,8 @@ void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
-void add_bench_memory_command(CLI::App& bench);  // under `bench`
+void add_bench_memory_command(CLI::App& bench);    // under `bench`
+void add_bench_generate_command(CLI::App& bench);  // under `bench`
 
 // Model-shape flags shared by train and bench (--config, --dim, --layers, ...).
 void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config_path);

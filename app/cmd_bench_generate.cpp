@@ -1,0 +1,260 @@
+// `dqt bench generate`: prompt and decode speed of dqt's ternary kernels against llama.cpp's
+// TQ2_0 on the same exported model and thread count, and decode speed as a fraction of the
+// memory-bandwidth bound (weight bytes read per token / bandwidth measured here).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "export/gguf_model.h"
+#include "io/gguf.h"
+#include "model/inference.h"
+#include "model/ternary_pack.h"
+#include "train/model_checkpoint.h"
+
+namespace dqt::cli {
+
+namespace {
+
+struct BenchGenerateArgs {
+    std::string model_path;  // a GGUF from `dqt export`; empty: a random ternary model of the flags' shape
+    ModelConfig model_flags;
+    std::string config_path;
+    int prompt_tokens = 128;
+    int decode_tokens = 64;
+    int repeats = 3;
+    int threads = 1;
+    bool skip_llamacpp = false;
+    std::string llamacpp_script;
+    bool json = false;
+};
+
+// The benchmark's default model: 154M parameters (dim 1024, 12 layers, FFN 2816; every row a
+// multiple of 256, so every block linear is TQ2_0), byte vocabulary, tied embeddings.
+ModelConfig default_bench_config() {
+    ModelConfig c;
+    c.dim = 1024;
+    c.n_layers = 12;
+    c.n_heads = 16;
+    c.n_kv_heads = 16;
+    c.ffn_dim = 2816;
+    c.vocab_size = 256;
+    c.seq_len = 512;
+    c.tie_embeddings = true;
+    return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Read bandwidth of this machine with the bench's threads: best of 5 passes summing 512 MiB.
+double measure_read_bandwidth() {
+    const size_t count = size_t{512} << 20 >> 3;  // uint64 words
+    std::vector<uint64_t> data(count, 1);
+    double best = std::numeric_limits<double>::infinity();
+    uint64_t total = 0;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = std::chrono::steady_clock::now();
+        uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+        for (size_t i = 0; i < count; ++i) sum += data[i];
+        best = std::min(best, seconds_since(start));
+        total += sum;
+    }
+    require(total == 5 * count, "bandwidth pass lost data");  // keeps the sums from being optimised away
+    return static_cast<double>(count * sizeof(uint64_t)) / best;
+}
+
+// Bytes of weights one decode step reads in dqt: packed ternary matrices, other matrices in
+// the form the forward reads them, the head in full, one embedding row, the norm gains.
+double dqt_weight_bytes_per_token(const ModelParameters& model) {
+    double bytes = 0.0;
+    for (const ParamTensor& t : model.layout.tensors) {
+        const size_t id = static_cast<size_t>(t.tensor_id);
+        const bool packed = id < model.ternary_packed.size() && model.ternary_packed[id].rows > 0;
+        if (packed) {
+            bytes += static_cast<double>(model.ternary_packed[id].packed.bytes());
+        } else if (t.role == TensorRole::embedding) {
+            bytes += 4.0 * t.cols;  // the looked-up row
+            if (model.config.tie_embeddings) bytes += 4.0 * static_cast<double>(t.count());  // read again as the head
+        } else {
+            bytes += 4.0 * static_cast<double>(t.count());
+        }
+    }
+    return bytes;
+}
+
+// llama.cpp reads every tensor of the file once per token (token_embd as the head).
+double gguf_weight_bytes_per_token(const std::string& path) {
+    const GgufReader reader(path);
+    double bytes = 0.0;
+    for (const auto& tensor : reader.tensors()) bytes += static_cast<double>(tensor.bytes);
+    return bytes;
+}
+
+struct Speeds {
+    double prompt_tokens_per_second = 0.0;
+    double decode_tokens_per_second = 0.0;
+};
+
+Speeds measure_dqt(const ModelParameters& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats) {
+    double best_prompt = std::numeric_limits<double>::infinity(), best_decode = best_prompt;
+    for (int r = 0; r < repeats; ++r) {
+        KvCache cache(model.config, static_cast<int>(prompt.size()) + decode_tokens);
+        DecodeScratch scratch(model.config);
+        auto start = std::chrono::steady_clock::now();
+        prefill(model, cache, scratch, prompt.data(), static_cast<int>(prompt.size()));
+        best_prompt = std::min(best_prompt, seconds_since(start));
+        start = std::chrono::steady_clock::now();
+        for (int i = 0; i < decode_tokens; ++i) {
+            const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
+            decode_token(model, cache, scratch, next);
+        }
+        best_decode = std::min(best_decode, seconds_since(start));
+    }
+    return {static_cast<double>(prompt.size()) / best_prompt, decode_tokens / best_decode};
+}
+
+std::string default_llamacpp_script() {
+    // build/dqt -> tools/llamacpp/interop.mjs in the same checkout.
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe");
+    return (exe.parent_path().parent_path() / "tools" / "llamacpp" / "interop.mjs").string();
+}
+
+Speeds measure_llamacpp(const std::string& script, const std::string& gguf, const std::vector<int32_t>& prompt,
+                        const BenchGenerateArgs& args, const std::string& folder) {
+    require(std::filesystem::exists(script), "llama.cpp runner " + script + " not found: pass --llama-cpp-script");
+    require(std::filesystem::exists(std::filesystem::path(script).parent_path() / "node_modules" / "node-llama-cpp"),
+            "llama.cpp is not installed: run scripts/setup.sh (or --no-llama-cpp)");
+    const nlohmann::json request = {
+        {"model", gguf},
+        {"threads", args.threads},
+        {"context", static_cast<int>(prompt.size()) + args.decode_tokens + 1},
+        {"bench", {{"prompt_tokens", prompt}, {"decode_tokens", args.decode_tokens}, {"repeats", args.repeats}}}};
+    const std::string request_path = folder + "/request.json";
+    std::ofstream(request_path) << request.dump();
+    FILE* pipe = popen(("node " + script + " " + request_path).c_str(), "r");
+    require(pipe != nullptr, "cannot start node for llama.cpp");
+    std::string output;
+    char chunk[4096];
+    size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) output.append(chunk, got);
+    require(pclose(pipe) == 0, "llama.cpp run failed (see its messages above)");
+    const nlohmann::json response = nlohmann::json::parse(output, nullptr, false);
+    require(!response.is_discarded() && response.contains("bench"), "llama.cpp's runner gave no benchmark result");
+    return {response["bench"]["prompt_tokens_per_second"].get<double>(),
+            response["bench"]["decode_tokens_per_second"].get<double>()};
+}
+
+}  // namespace
+
+void add_bench_generate_command(CLI::App& bench) {
+    auto args = std::make_shared<BenchGenerateArgs>();
+    args->model_flags = default_bench_config();
+    CLI::App* command = bench.add_subcommand(
+        "generate", "prompt and decode tokens/s of dqt vs llama.cpp on one GGUF model (default: a random 154M ternary model)");
+    command->add_option("model", args->model_path, "a GGUF file from `dqt export` (default: build a random ternary model)");
+    add_model_flags(*command, args->model_flags, args->config_path);
+    command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length")->check(CLI::PositiveNumber)->capture_default_str();
+    command->add_option("--decode-tokens", args->decode_tokens, "generated tokens timed")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    command->add_option("--repeats", args->repeats, "best of this many runs")->check(CLI::PositiveNumber)->capture_default_str();
+    command->add_option("--threads", args->threads, "compute threads, for both engines")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");
+    command->add_option("--llama-cpp-script", args->llamacpp_script, "tools/llamacpp/interop.mjs of this checkout");
+    command->add_flag("--json", args->json, "print one JSON object");
+    command->callback([command, args] {
+        set_num_threads(args->threads);
+        const std::string folder =
+            (std::filesystem::temp_directory_path() / ("dqt-bench-generate-" + std::to_string(getpid()))).string();
+        std::filesystem::create_directories(folder);
+        struct Cleanup {
+            std::string path;
+            ~Cleanup() { std::filesystem::remove_all(path); }
+        } cleanup{folder};
+
+        std::string gguf = args->model_path;
+        if (gguf.empty()) {
+            const ModelConfig config =
+                resolve_model_config(*command, args->model_flags, args->config_path, default_bench_config());
+            MethodConfig method;
+            method.method = Method::dqt;  // ternary codes
+            ModelParameters random_model(config, method);
+            random_model.initialize(1);
+            gguf = folder + "/model.gguf";
+            export_gguf(random_model, *make_byte_tokenizer(), GgufExportOptions{}, gguf);
+        }
+        LoadedModel loaded = load_model_checkpoint(gguf);
+        ModelParameters& model = *loaded.model;
+        require(pack_ternary_weights(model) > 0, "bench generate needs a model with ternary weights");
+        require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
+                "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
+        std::vector<int32_t> prompt(static_cast<size_t>(args->prompt_tokens));
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % model.config.vocab_size);
+
+        const double bandwidth = measure_read_bandwidth();
+        const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats);
+        const double dqt_bytes = dqt_weight_bytes_per_token(model);
+        nlohmann::json record = {
+            {"bench", "generate"},
+            {"threads", args->threads},
+            {"parameters", model.config.parameter_count()},
+            {"method", model.method.label()},
+            {"prompt_tokens", args->prompt_tokens},
+            {"decode_tokens", args->decode_tokens},
+            {"read_bandwidth_gb_per_s", bandwidth / 1e9},
+            {"dqt",
+             {{"kernels", kernels_label(model)},
+              {"prompt_tokens_per_second", dqt_speed.prompt_tokens_per_second},
+              {"decode_tokens_per_second", dqt_speed.decode_tokens_per_second},
+              {"weight_bytes_per_token", dqt_bytes},
+              {"decode_fraction_of_bandwidth_bound", dqt_speed.decode_tokens_per_second * dqt_bytes / bandwidth}}}};
+        if (!args->skip_llamacpp) {
+            const std::string script = args->llamacpp_script.empty() ? default_llamacpp_script() : args->llamacpp_script;
+            const Speeds llama = measure_llamacpp(script, gguf, prompt, *args, folder);
+            const double llama_bytes = gguf_weight_bytes_per_token(gguf);
+            record["llama_cpp"] = {
+                {"prompt_tokens_per_second", llama.prompt_tokens_per_second},
+                {"decode_tokens_per_second", llama.decode_tokens_per_second},
+                {"weight_bytes_per_token", llama_bytes},
+                {"decode_fraction_of_bandwidth_bound", llama.decode_tokens_per_second * llama_bytes / bandwidth}};
+            record["decode_ratio_dqt_over_llama_cpp"] = dqt_speed.decode_tokens_per_second / llama.decode_tokens_per_second;
+            record["prompt_ratio_dqt_over_llama_cpp"] = dqt_speed.prompt_tokens_per_second / llama.prompt_tokens_per_second;
+        }
+        if (args->json) {
+            std::printf("%s\n", record.dump().c_str());
+            return;
+        }
+        std::printf("bench generate: %s, %lld parameters, %d threads, prompt %d tokens, decode %d tokens (best of %d)\n",
+                    model.method.label().c_str(), static_cast<long long>(model.config.parameter_count()), args->threads,
+                    args->prompt_tokens, args->decode_tokens, args->repeats);
+        std::printf("  read bandwidth measured here: %.1f GB/s\n", bandwidth / 1e9);
+        auto line = [&](const char* engine, const nlohmann::json& r) {
+            std::printf("  %-10s prompt %8.1f tok/s   decode %7.1f tok/s   %6.1f MB weights/token   %3.0f%% of the bandwidth bound\n",
+                        engine, r["prompt_tokens_per_second"].get<double>(), r["decode_tokens_per_second"].get<double>(),
+                        r["weight_bytes_per_token"].get<double>() / 1e6,
+                        100.0 * r["decode_fraction_of_bandwidth_bound"].get<double>());
+        };
+        line("dqt", record["dqt"]);
+        if (record.contains("llama_cpp")) {
+            line("llama.cpp", record["llama_cpp"]);
+            std::printf("  dqt / llama.cpp: decode %.2fx, prompt %.2fx\n", record["decode_ratio_dqt_over_llama_cpp"].get<double>(),
+                        record["prompt_ratio_dqt_over_llama_cpp"].get<double>());
+        }
+    });
+}
+
+}  // namespace dqt::cli
