@@ -45,7 +45,8 @@ void add_eval_command(CLI::App& app) {
     command->add_option("--batch", args->batch, "windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
     add_threads_flag(*command, args->threads);
     command->add_flag("--ternary", args->ternary,
-                      "also score the model with its quantized weights re-snapped to ternary (absmean)");
+                      "also score the model with its quantized weights re-snapped to ternary, by the absmean "
+                      "and the twn rule");
     add_dense_flag(*command, args->dense);
     command->add_flag("--json", args->json, "print one JSON object instead of text");
     command->callback([args] {
@@ -68,13 +69,16 @@ void add_eval_command(CLI::App& app) {
                                  {"ternary_kernels", kernels_label(*loaded.model)}};
         std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
                            loaded.model->method.label() + "): " + loss_text(result);
-        if (args->ternary) {
-            const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model);
+        for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
+            if (!args->ternary) break;
+            const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);
             if (!args->dense) pack_ternary_weights(*ternary);
             const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
-            record["ternary_val_loss"] = ternary_result.loss;
-            record["ternary_val_bits_per_byte"] = ternary_result.bits_per_byte;
-            text += "\n  with ternary weights (absmean): " + loss_text(ternary_result);
+            // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.
+            const std::string prefix = rule == TernaryRule::absmean ? "ternary_" : "ternary_twn_";
+            record[prefix + "val_loss"] = ternary_result.loss;
+            record[prefix + "val_bits_per_byte"] = ternary_result.bits_per_byte;
+            text += std::string("\n  with ternary weights (") + ternary_rule_name(rule) + "): " + loss_text(ternary_result);
         }
         if (args->json) {
             std::printf("%s\n", record.dump().c_str());

@@ -18,6 +18,7 @@ struct ExportArgs {
     std::string ternary_type = "tq2_0";
     std::string float_type = "f32";
     bool ternary = false;
+    std::string ternary_rule = "absmean";
 };
 }  // namespace
 
@@ -31,7 +32,10 @@ void add_export_command(CLI::App& app) {
     command->add_option("--ternary-type", args->ternary_type, "GGUF type of ternary weights: tq2_0 or tq1_0")
         ->capture_default_str();
     command->add_option("--float-type", args->float_type, "GGUF type of fp32 matrices: f32 or f16")->capture_default_str();
-    command->add_flag("--ternary", args->ternary, "re-snap an n-bit model's quantized weights to ternary (absmean) first");
+    command->add_flag("--ternary", args->ternary, "re-snap an n-bit model's quantized weights to ternary first");
+    command->add_option("--ternary-rule", args->ternary_rule, "with --ternary: absmean (BitNet's) or twn (better for n-bit dqt)")
+        ->check(CLI::IsMember({"absmean", "twn"}))
+        ->capture_default_str();
     command->callback([args] {
         require(args->format == "gguf", "unknown --format '" + args->format + "': dqt exports gguf");
         const std::map<std::string, GgufTernaryFormat> ternary_types = {{"tq2_0", GgufTernaryFormat::tq2_0},
@@ -47,7 +51,7 @@ void add_export_command(CLI::App& app) {
 
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
         std::unique_ptr<ModelParameters> ternary;
-        if (args->ternary) ternary = convert_to_ternary(*loaded.model);
+        if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const ModelParameters& model = ternary ? *ternary : *loaded.model;
         const std::string out = args->out.empty()
                                     ? (std::filesystem::path(args->checkpoint).parent_path() / "model.gguf").string()

@@ -18,6 +18,7 @@ struct GenerateArgs {
     int threads = 0;
     bool ternary = false;
     bool dense = false;
+    std::string ternary_rule = "absmean";
 };
 }  // namespace
 
@@ -37,14 +38,17 @@ void add_generate_command(CLI::App& app) {
         ->check(CLI::Range(0.0f, 1.0f))
         ->capture_default_str();
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
-    command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary (absmean)");
+    command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
+    command->add_option("--ternary-rule", args->ternary_rule, "with --ternary: absmean (BitNet's) or twn (better for n-bit dqt)")
+        ->check(CLI::IsMember({"absmean", "twn"}))
+        ->capture_default_str();
     add_dense_flag(*command, args->dense);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
         std::unique_ptr<ModelParameters> ternary;
-        if (args->ternary) ternary = convert_to_ternary(*loaded.model);
+        if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         ModelParameters& model = ternary ? *ternary : *loaded.model;
         if (!args->dense) pack_ternary_weights(model);
         std::fputs(args->prompt.c_str(), stdout);

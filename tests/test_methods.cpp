@@ -17,6 +17,7 @@
 #include "optim/dqt_update.h"
 #include "optim/optimizer.h"
 #include "quant/activation_quant.h"
+#include "quant/codes.h"
 #include "quant/ternary.h"
 
 using namespace dqt;
@@ -347,4 +348,30 @@ TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
     }
     ModelParameters fp(config);
     EXPECT_THROW(convert_to_ternary(fp), Error);
+}
+
+// TWN: q = sign(W) where |W| > 0.7 mean|W|, alpha = the mean |W| there, against a direct
+// float64 computation on an 8-bit model's weights.
+TEST(TernaryConvert, TwnRuleFollowsItsDefinition) {
+    ModelParameters model(small_config(), dqt_method(8));
+    model.initialize(23);
+    const auto converted = convert_to_ternary(model, TernaryRule::twn);
+    for (const ParamTensor& tensor : converted->layout.tensors) {
+        if (tensor.storage != TensorStorage::codes) continue;
+        std::vector<float> w(tensor.count());
+        model.read_dense(model.layout.tensors[static_cast<size_t>(tensor.tensor_id)], w.data());
+        double mean = 0.0;
+        for (float v : w) mean += std::fabs(v);
+        mean /= static_cast<double>(w.size());
+        double kept = 0.0, kept_sum = 0.0;
+        for (size_t i = 0; i < w.size(); ++i) {
+            const bool above = std::fabs(w[i]) > 0.7 * mean;
+            ASSERT_EQ(read_code(converted->code(tensor), converted->method.grid, i), above ? (w[i] > 0 ? 1 : -1) : 0);
+            kept += above;
+            kept_sum += above ? std::fabs(w[i]) : 0.0;
+        }
+        EXPECT_NEAR(1.0 / converted->scale(tensor), kept_sum / kept, 1e-6 * kept_sum / kept) << tensor.name;
+    }
+    EXPECT_EQ(parse_ternary_rule("twn"), TernaryRule::twn);
+    EXPECT_THROW(parse_ternary_rule("median"), Error);
 }

@@ -1,14 +1,45 @@
 #include "model/ternary_convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/codes.h"
 #include "quant/ternary.h"
 
 namespace dqt {
 
-std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model) {
+const char* ternary_rule_name(TernaryRule rule) { return rule == TernaryRule::twn ? "twn" : "absmean"; }
+
+TernaryRule parse_ternary_rule(const std::string& name) {
+    if (name == "absmean") return TernaryRule::absmean;
+    if (name == "twn") return TernaryRule::twn;
+    throw Error("unknown ternary rule '" + name + "': use absmean or twn");
+}
+
+namespace {
+
+// TWN: q = sign(w) where |w| > 0.7 mean|w|, alpha = mean of those |w|. Returns alpha.
+float twn_ternarize(uint8_t* codes, const float* w, size_t count, const CodeGrid& grid) {
+    const double threshold = 0.7 * mean_abs(w, count);
+    double kept_sum = 0.0;
+    size_t kept = 0;
+    for (size_t i = 0; i < count; ++i) {
+        const double magnitude = std::fabs(w[i]);
+        const int q = magnitude > threshold ? (w[i] > 0 ? 1 : -1) : 0;
+        write_code(codes, grid, i, q);
+        if (q != 0) {
+            kept_sum += magnitude;
+            ++kept;
+        }
+    }
+    return std::max(static_cast<float>(kept ? kept_sum / static_cast<double>(kept) : 0.0), 1e-12f);
+}
+
+}  // namespace
+
+std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model, TernaryRule rule) {
     require(model.method.method != Method::fp,
             "ternary inference needs a bitnet or dqt checkpoint: an fp model has no quantized weights");
     MethodConfig ternary = model.method;
@@ -25,6 +56,10 @@ std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model
         // Dense source values in scratch, freed when this tensor is done.
         Array<float> dense(MemCategory::scratch, tensor.count());
         model.read_dense(source, dense.data());
+        if (rule == TernaryRule::twn) {
+            converted->scale(tensor) = 1.0f / twn_ternarize(converted->code(tensor), dense.data(), tensor.count(), ternary.grid);
+            continue;
+        }
         // BitNet's quantizer in the same float arithmetic as absmean_ternarize: round
         // W / (gamma + eps), dequantize as q * gamma (scale 1 / gamma).
         const float gamma = std::max(static_cast<float>(mean_abs(dense.data(), tensor.count())), 1e-12f);
