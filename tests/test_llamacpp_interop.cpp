@@ -4,9 +4,9 @@
 // vocabularies tokenize the same way there as in dqt.
 //
 // Why not bit-identical: llama.cpp quantizes the activations entering a TQ weight per block of
-// 256 values (Q8_K) where dqt quantizes per token (the same for a 256-wide input, finer for
-// ffn_down's 512-wide one), sums attention in another order, and its bitnet graph applies
-// RMSNorm with double accumulation. Measured on this test's model: the largest probability
+// 256 values (Q8_K) and a Q8_0 weight per 32 values, where dqt quantizes per token (the same
+// for a 256-wide input into TQ, finer otherwise), sums attention in another order, and
+// accumulates RMSNorm in double. Measured on these tests' models: the largest probability
 // difference stays below 1e-3; the bound below leaves room for other CPUs' kernels.
 #include <gtest/gtest.h>
 
@@ -96,57 +96,80 @@ const std::vector<std::string> kTexts = {
 
 }  // namespace
 
-TEST(LlamaCppInterop, TrainedTernaryModelRunsTheSameInLlamaCpp) {
-    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
-    TempDir dir("interop");
-    TrainOptions options = dqt::testing::tiny_train_options(dir / "run");
-    options.model.dim = 256;  // rows of 256: every block linear in TQ2_0 / TQ1_0
+namespace {
+
+// A small model trained for a few seconds with the given method, in the shapes llama.cpp's
+// block formats need (rows of 256) and with tied embeddings (the bitnet graph's head).
+LoadedModel train_small(const std::string& out_dir, Method method, int bits) {
+    TrainOptions options = dqt::testing::tiny_train_options(out_dir);
+    options.model.dim = 256;
     options.model.n_heads = 4;
     options.model.n_kv_heads = 2;
     options.model.ffn_dim = 512;
     options.model.seq_len = 64;
-    options.model.tie_embeddings = true;  // llama.cpp's bitnet graph reads its head from token_embd
-    options.method.method = Method::dqt;
-    options.method.grid = CodeGrid{1};
+    options.model.tie_embeddings = true;
+    options.method.method = method;
+    options.method.grid = CodeGrid{bits};
     options.steps = 30;
     options.eval_every = 0;
     run_training(options, RunControl{false, 0, false, true});
-    const LoadedModel trained = load_model_checkpoint(checkpoint_path_in(options.out_dir));
+    return load_model_checkpoint(checkpoint_path_in(options.out_dir));
+}
 
+// Exports, runs the file in dqt (on the ternary kernels where it has ternary weights) and in
+// llama.cpp, and compares next-token distributions, greedy continuations and tokenizations.
+void expect_same_in_llamacpp(const LoadedModel& trained, const GgufExportOptions& export_options,
+                             const std::string& folder) {
     const std::vector<std::vector<int32_t>> prompts = {
         trained.tokenizer->encode("The nation shall "), trained.tokenizer->encode("Every citizen must defend "),
         trained.tokenizer->encode("Our people will"), trained.tokenizer->encode("This union can improve the")};
+    const std::string gguf = folder + "/model.gguf";
+    export_gguf(*trained.model, *trained.tokenizer, export_options, gguf);
+    LoadedModel imported = load_model_checkpoint(gguf);
+    pack_ternary_weights(*imported.model);
+
+    const nlohmann::json response = run_llamacpp(
+        {{"model", gguf}, {"threads", 1}, {"context", 128}, {"prompts", prompts}, {"greedy_tokens", kGreedyTokens},
+         {"texts", kTexts}},
+        folder);
+    ASSERT_EQ(response.at("vocab").get<int>(), 256);
+    for (size_t p = 0; p < prompts.size(); ++p) {
+        const DqtRun ours = run_dqt(*imported.model, prompts[p]);
+        std::vector<float> their_logits;
+        for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
+        const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
+        double worst = 0.0;
+        for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
+        EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
+        EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
+        std::printf("[ interop ] %s, prompt %zu: largest probability difference %.2e\n",
+                    trained.model->method.label().c_str(), p, worst);
+    }
+    for (size_t t = 0; t < kTexts.size(); ++t)
+        EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), trained.tokenizer->encode(kTexts[t]))
+            << "text " << t;
+}
+
+}  // namespace
+
+TEST(LlamaCppInterop, TrainedTernaryModelRunsTheSameInLlamaCpp) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop");
+    const LoadedModel trained = train_small(dir / "run", Method::dqt, 1);
     for (GgufTernaryFormat format : {GgufTernaryFormat::tq2_0, GgufTernaryFormat::tq1_0}) {
         SCOPED_TRACE(format == GgufTernaryFormat::tq2_0 ? "TQ2_0" : "TQ1_0");
-        const std::string gguf = dir / "model.gguf";
-        GgufExportOptions export_options;
-        export_options.ternary = format;
-        export_gguf(*trained.model, *trained.tokenizer, export_options, gguf);
-
-        // dqt runs the exported file itself, on its ternary kernels.
-        LoadedModel imported = load_model_checkpoint(gguf);
-        ASSERT_GT(pack_ternary_weights(*imported.model), 0);
-
-        const nlohmann::json response = run_llamacpp(
-            {{"model", gguf}, {"threads", 1}, {"context", 128}, {"prompts", prompts}, {"greedy_tokens", kGreedyTokens},
-             {"texts", kTexts}},
-            dir.path.string());
-        ASSERT_EQ(response.at("vocab").get<int>(), 256);
-        for (size_t p = 0; p < prompts.size(); ++p) {
-            const DqtRun ours = run_dqt(*imported.model, prompts[p]);
-            std::vector<float> their_logits;
-            for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
-            const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
-            double worst = 0.0;
-            for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
-            EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
-            EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
-            std::printf("[ interop ] prompt %zu: largest probability difference %.2e\n", p, worst);
-        }
-        for (size_t t = 0; t < kTexts.size(); ++t)
-            EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), trained.tokenizer->encode(kTexts[t]))
-                << "text " << t;
+        GgufExportOptions options;
+        options.ternary = format;
+        expect_same_in_llamacpp(trained, options, dir.path.string());
     }
+}
+
+// An 8-bit dqt model goes out as Q8_0 codes with a .scale tensor, an fp one as F32.
+TEST(LlamaCppInterop, EightBitAndFpModelsRunTheSameInLlamaCpp) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop-8");
+    expect_same_in_llamacpp(train_small(dir / "d8", Method::dqt, 8), GgufExportOptions{}, dir.path.string());
+    expect_same_in_llamacpp(train_small(dir / "fp", Method::fp, 1), GgufExportOptions{}, dir.path.string());
 }
 
 TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
