@@ -54,6 +54,7 @@ void add_eval_command(CLI::App& app) {
         require(args->tokens > 0, "--eval-tokens must be positive");
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
         const std::string data_dir = args->data.empty() ? loaded.options.data_dir : args->data;
+        require(!data_dir.empty(), args->checkpoint + " names no dataset: pass --data DIR");
         const Dataset data = open_dataset(data_dir);
         require(data.tokenizer->vocab_size() == loaded.model->config.vocab_size,
                 "dataset " + data_dir + " uses a different tokenizer than the checkpoint");

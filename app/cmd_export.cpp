@@ -50,6 +50,7 @@ void add_export_command(CLI::App& app) {
         options.floats = float_types.at(args->float_type);
 
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        options.data_dir = loaded.options.data_dir;
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const ModelParameters& model = ternary ? *ternary : *loaded.model;

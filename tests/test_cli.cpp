@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "test_helpers.h"
 
 using namespace dqt::testing;
@@ -170,4 +172,33 @@ TEST(Cli, BenchMemoryTabulatesEveryCase) {
     }
     expect_one_line_error(run_dqt("bench memory --case nope --config " + (root / "tiny.json")),
                           "unknown memory case 'nope'");
+}
+
+// Export a tied ternary run to GGUF, then evaluate and generate from the file; bad requests
+// fail with one line and write nothing.
+TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
+    TempDir root("cli-export");
+    const std::string run = root / "tied", untied = root / "untied";
+    ASSERT_EQ(run_dqt(tiny_train_args(run) + " --method dqt --tie-embeddings --steps 3 --no-sample").exit_code, 0);
+    const CommandResult exported = run_dqt("export " + run + "/checkpoint.dqt --ternary-type tq1_0");
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+    EXPECT_NE(exported.output.find("architecture 'bitnet'"), std::string::npos) << exported.output;
+    const std::string gguf = run + "/model.gguf";
+    const CommandResult from_checkpoint = run_dqt("eval " + run + "/checkpoint.dqt --eval-tokens 1024 --json");
+    const CommandResult from_gguf = run_dqt("eval " + gguf + " --eval-tokens 1024 --json");
+    ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.output;
+    const auto loss = [](const std::string& json) { return nlohmann::json::parse(json).at("val_loss").get<double>(); };
+    EXPECT_NEAR(loss(from_gguf.output), loss(from_checkpoint.output), 1e-4);
+    const CommandResult generated = run_dqt("generate " + gguf + " --tokens 5 --temperature 0");
+    EXPECT_EQ(generated.exit_code, 0) << generated.output;
+    EXPECT_NE(generated.output.find("ternary kernels"), std::string::npos) << generated.output;
+
+    expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --format onnx"), "unknown --format 'onnx'");
+    expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --ternary-type tq3_0"),
+                          "unknown --ternary-type 'tq3_0'");
+    ASSERT_EQ(run_dqt(tiny_train_args(untied) + " --method dqt --steps 3 --no-sample").exit_code, 0);
+    expect_one_line_error(run_dqt("export " + untied + "/checkpoint.dqt"), "--tie-embeddings");
+    EXPECT_FALSE(std::filesystem::exists(untied + "/model.gguf"));
+    write_bytes(root / "fake.gguf", "GGUF\x03\x00\x00\x00");
+    expect_one_line_error(run_dqt("eval " + (root / "fake.gguf")), "truncated");
 }

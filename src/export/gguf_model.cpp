@@ -258,6 +258,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     out.set_string("dqt.model", nlohmann::json(c).dump());
     out.set_string("dqt.method", nlohmann::json(model.method).dump());
     out.set_string("dqt.source_method", source.method.label());
+    if (!options.data_dir.empty()) out.set_string("dqt.data_dir", options.data_dir);
     write_tokenizer(out, tokenizer);
 
     std::vector<float> code_scales;
@@ -301,6 +302,8 @@ LoadedModel import_gguf(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
         throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + e.what() + ")");
     }
+    // No dataset unless the export named one: `dqt eval` then asks for --data.
+    loaded.options.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";
     const ModelConfig& c = loaded.options.model;
     c.validate();
     loaded.options.method.validate();

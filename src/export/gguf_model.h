@@ -32,6 +32,7 @@ enum class GgufFloatFormat { f32, f16 };
 struct GgufExportOptions {
     GgufTernaryFormat ternary = GgufTernaryFormat::tq2_0;
     GgufFloatFormat floats = GgufFloatFormat::f32;
+    std::string data_dir;  // the dataset the model was trained on (dqt.data_dir: `dqt eval`'s default)
 };
 
 struct GgufExportSummary {
