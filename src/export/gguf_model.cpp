@@ -1,5 +1,6 @@
 #include "export/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -200,8 +201,8 @@ std::vector<int8_t> decode_codes(const GgufReader& reader, const GgufReader::Ten
             for (size_t i = 0; i < count; ++i) {
                 float value;
                 std::memcpy(&value, data.data() + 4 * i, 4);
-                require(value == std::nearbyint(value) && value >= -128.0f && value <= 127.0f,
-                        "GGUF file " + reader.path() + ": " + info.name + " should hold integer codes");
+                if (value != std::nearbyint(value) || value < -128.0f || value > 127.0f)
+                    throw Error("GGUF file " + reader.path() + ": " + info.name + " should hold integer codes");
                 codes[i] = static_cast<int8_t>(value);
             }
             return codes;
@@ -335,11 +336,10 @@ LoadedModel import_gguf(const std::string& path) {
             }
             codes = rows_in_model_order(codes, t.rows, t.cols, c.head_dim(), permute);
             const CodeGrid grid = model.method.grid;
-            for (size_t i = 0; i < codes.size(); ++i) {
-                require(codes[i] >= grid.qn() && codes[i] <= grid.qp(),
-                        "GGUF file " + path + ": tensor " + name + " holds a code outside the " + grid.label() + "-bit grid");
-                write_code(model.code(t), grid, i, codes[i]);
-            }
+            const auto [low, high] = std::minmax_element(codes.begin(), codes.end());
+            require(codes.empty() || (*low >= grid.qn() && *high <= grid.qp()),
+                    "GGUF file " + path + ": tensor " + name + " holds a code outside the " + grid.label() + "-bit grid");
+            for (size_t i = 0; i < codes.size(); ++i) write_code(model.code(t), grid, i, codes[i]);
         } else {
             const std::vector<float> values =
                 rows_in_model_order(decode_floats(reader, *info, t.count()), t.rows, t.cols, c.head_dim(), permute);

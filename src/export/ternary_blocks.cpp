@@ -37,9 +37,10 @@ void for_each_tq1_trit(Visit&& visit) {
         for (int n = 0; n < 4; ++n) visit(48 + j, n, 240 + j + 4 * n);
 }
 
-void require_ternary_scale(uint16_t d, bool all_zero_allowed) {
-    require(d == kHalfOne || (all_zero_allowed && d == 0),
-            "GGUF ternary block has scale " + std::to_string(f16_to_float(d)) +
+// Runs once per block: the message is built only on failure.
+void require_ternary_scale(uint16_t d) {
+    if (d == kHalfOne || d == 0) return;
+    throw Error("GGUF ternary block has scale " + std::to_string(f16_to_float(d)) +
                 "; dqt reads the files it wrote (block scale 1, the tensor's scale in <name>.scale)");
 }
 
@@ -67,10 +68,10 @@ std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols) {
     for (size_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * 66;
         const uint16_t d = get_half(block + 64);
-        require_ternary_scale(d, true);
+        require_ternary_scale(d);
         for (int e = 0; e < kBlock; ++e) {
             const int code = (block[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-            require(code != 3, "GGUF TQ2_0 block holds the unused code 3");
+            if (code == 3) throw Error("GGUF TQ2_0 block holds the unused code 3");
             codes[b * kBlock + e] = static_cast<int8_t>(d == 0 ? 0 : code - 1);
         }
     }
@@ -102,7 +103,7 @@ std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols) {
     for (size_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * 54;
         const uint16_t d = get_half(block + 52);
-        require_ternary_scale(d, true);
+        require_ternary_scale(d);
         for_each_tq1_trit([&](int byte, int n, int element) {
             const uint8_t shifted = static_cast<uint8_t>(block[byte] * kPow3[n]);
             const int trit = (static_cast<uint16_t>(shifted) * 3) >> 8;
@@ -127,8 +128,8 @@ std::vector<int8_t> decode_q8_0_unit_scale(const uint8_t* data, int rows, int co
     const size_t blocks = static_cast<size_t>(rows) * (cols / 32);
     std::vector<int8_t> codes(blocks * 32);
     for (size_t b = 0; b < blocks; ++b) {
-        require(get_half(data + b * 34) == kHalfOne,
-                "GGUF Q8_0 tensor " + what + " has a block scale other than 1: not written by dqt");
+        if (get_half(data + b * 34) != kHalfOne)
+            throw Error("GGUF Q8_0 tensor " + what + " has a block scale other than 1: not written by dqt");
         std::memcpy(codes.data() + b * 32, data + b * 34 + 2, 32);
     }
     return codes;

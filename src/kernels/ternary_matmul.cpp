@@ -47,7 +47,8 @@ TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
         uint8_t* row = w.packed.data() + static_cast<size_t>(r) * w.row_bytes();
         for (int c = 0; c < cols; ++c) {
             const int value = q[static_cast<size_t>(r) * cols + c];
-            require(value >= -1 && value <= 1, "pack_ternary: code " + std::to_string(value) + " is not ternary");
+            // Checked without require(): its message string would be built for every weight.
+            if (value < -1 || value > 1) throw Error("pack_ternary: code " + std::to_string(value) + " is not ternary");
             const CodeSlot slot = code_slot(c);
             row[slot.byte] = static_cast<uint8_t>((row[slot.byte] & ~(3u << slot.shift)) | ((value + 1) << slot.shift));
         }
