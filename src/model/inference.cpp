@@ -98,8 +98,8 @@ void prefill(const ModelParameters& model, KvCache& cache, DecodeScratch& scratc
     require(count > 0 && count <= cache.max_seq, "prefill: " + std::to_string(count) + " tokens do not fit a context of " +
                                                       std::to_string(cache.max_seq));
     for (int t = 0; t < count; ++t)
-        require(tokens[t] >= 0 && tokens[t] < c.vocab_size,
-                "token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+        if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+            throw Error("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
     Activations acts(c, 1, count);
     std::memcpy(acts.tokens.data(), tokens, static_cast<size_t>(count) * sizeof(int32_t));
     model_forward(model, acts, false);
