@@ -99,15 +99,20 @@ def nats_per_byte(bits_per_byte):
 
 def plot(runs, path):
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for run in runs:
+    colors = plt.cm.tab20(np.linspace(0, 1, 20))
+    for index, run in enumerate(runs):
+        # Variants of a run (precision, memory savers) dashed: they mostly lie on their base's curve.
+        variant = any(tag in run["name"] for tag in ("-bf16", "-state", "-fused"))
+        style = {"color": colors[(2 * index) % 20 if index < 10 else (2 * index + 1) % 20],
+                 "linestyle": "--" if variant else "-", "linewidth": 1.2, "label": describe(run)}
         tokens = [m["tokens"] / 1e6 for m in run["train"]]
         losses = [m["loss"] for m in run["train"]]
         window = max(1, min(10, len(losses)))
         smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-        axes[0].plot(tokens[window - 1:], smooth, label=describe(run), linewidth=1.2)
+        axes[0].plot(tokens[window - 1:], smooth, **style)
         val_tokens = [m["step"] * run["tokens_per_step"] / 1e6 for m in run["evals"]]
         val_bpb = [m["val_bits_per_byte"] for m in run["evals"]]
-        axes[1].plot(val_tokens, val_bpb, marker="o", markersize=3, label=describe(run), linewidth=1.2)
+        axes[1].plot(val_tokens, val_bpb, marker="o", markersize=3, **style)
     axes[0].set_title("training loss (moving average of 10 logged steps)")
     axes[0].set_xlabel("training tokens (millions)")
     axes[0].set_ylabel("nats per token (= per byte)")

@@ -11,6 +11,8 @@
 #   STEPS=40 EVAL_TOKENS=65536 bash scripts/reproduce_paper.sh
 #                                                a quick smoke run (results go to runs/paper-smoke,
 #                                                docs/ untouched)
+#   ONLY=dqt-8-fused bash scripts/reproduce_paper.sh
+#                                                just that run (others can go beside it)
 # Runs that already finished (their eval.json exists) are skipped; an interrupted one resumes
 # from its last checkpoint. Uses /usr/bin/python3 with Debian's python3-matplotlib.
 set -euo pipefail
@@ -48,6 +50,7 @@ runs=(
 mkdir -p "$root"
 for entry in "${runs[@]}"; do
   name="${entry%%|*}"
+  [ -z "${ONLY:-}" ] || [ "$name" = "$ONLY" ] || continue
   read -r -a flags <<< "${entry#*|}"
   out="$root/$name"
   if [ -f "$out/eval.json" ]; then echo "== $name: done already"; continue; fi
