@@ -36,10 +36,12 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 
 # llama.cpp as a peer: npm node-llama-cpp@3.22.1 with only its linux-x64 CPU binaries (no
-# CUDA/Vulkan packages, no build scripts), pinned by tools/llamacpp/package-lock.json.
+# CUDA/Vulkan packages, no build scripts), pinned by tools/llamacpp/package-lock.json. `npm
+# install` rather than `npm ci`: the lock leaves out the other platforms' optional packages,
+# which `npm ci` insists on; install follows the lock and leaves it unchanged.
 if [ "$(node -p "try { require('./tools/llamacpp/node_modules/node-llama-cpp/package.json').version } catch { '' }" 2>/dev/null)" != 3.22.1 ]; then
   echo "setup: installing llama.cpp (npm node-llama-cpp 3.22.1, CPU binaries) into tools/llamacpp"
-  npm ci --prefix tools/llamacpp --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+  npm install --prefix tools/llamacpp --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 if [ "$fetch_corpus" -eq 1 ]; then
