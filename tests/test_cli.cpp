@@ -202,3 +202,18 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     write_bytes(root / "fake.gguf", "GGUF\x03\x00\x00\x00");
     expect_one_line_error(run_dqt("eval " + (root / "fake.gguf")), "truncated");
 }
+
+// The generation benchmark runs end to end on a tiny model, against llama.cpp too.
+TEST(Cli, BenchGenerateComparesWithLlamaCpp) {
+    const CommandResult result = run_dqt(
+        "bench generate --dim 256 --layers 1 --heads 4 --ffn 256 --seq-len 64 --prompt-tokens 16 --decode-tokens 8 "
+        "--repeats 1 --json");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const nlohmann::json record = nlohmann::json::parse(result.output);
+    EXPECT_GT(record.at("dqt").at("decode_tokens_per_second").get<double>(), 0.0);
+    EXPECT_GT(record.at("llama_cpp").at("decode_tokens_per_second").get<double>(), 0.0);
+    EXPECT_GT(record.at("read_bandwidth_gb_per_s").get<double>(), 0.0);
+    expect_one_line_error(run_dqt("bench generate --dim 256 --layers 1 --heads 4 --ffn 256 --seq-len 16 "
+                                  "--prompt-tokens 16 --decode-tokens 8 --no-llama-cpp"),
+                          "exceed the model's context");
+}
