@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/ternary_tiles.h"
+#include "kernels/vecmath.h"
 
 namespace dqt {
 
@@ -61,6 +62,32 @@ int ternary_code_at(const TernaryMatrix& w, int row, int col) {
     return ((w.row(row)[slot.byte] >> slot.shift) & 3) - 1;
 }
 
+namespace {
+
+// One row: a = clip(round(x * s), -128, 127), s = 127 / max|x| (the rule of
+// absmax_quantize_rows, so a row it already quantized maps back to its integers exactly).
+// Cloned for AVX-512 / AVX2: the lanes vectorise the max, and rounding is one instruction.
+DQT_TARGET_CLONES void quantize_row_int8(const float* in, int cols, int8_t* a, float& scale_out, int32_t& sum_out) {
+    float lane[kLanes] = {};
+    int c = 0;
+    for (; c + kLanes <= cols; c += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], std::fabs(in[c + l]));
+    for (; c < cols; ++c) lane[0] = std::max(lane[0], std::fabs(in[c]));
+    float absmax = 0.0f;
+    for (int l = 0; l < kLanes; ++l) absmax = std::max(absmax, lane[l]);
+    const float scale = 127.0f / std::max(absmax, 1e-5f);
+    int32_t sum = 0;
+    for (c = 0; c < cols; ++c) {
+        const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(in[c] * scale), -128.0f), 127.0f));
+        a[c] = q;
+        sum += q;
+    }
+    scale_out = scale;
+    sum_out = sum;
+}
+
+}  // namespace
+
 void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
     const int padded = ternary_padded_cols(cols);
     if (out.rows != rows || out.cols != cols) {
@@ -72,23 +99,9 @@ void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
         out.sums.assign(rows, 0);
     }
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; ++r) {
-        const float* in = x + static_cast<size_t>(r) * cols;
-        int8_t* a = out.values.data() + static_cast<size_t>(r) * padded;
-        float absmax = 0.0f;
-        for (int c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(in[c]));
-        // The same rule as absmax_quantize_rows, so a row it already quantized maps back to its
-        // integers exactly.
-        const float scale = 127.0f / std::max(absmax, 1e-5f);
-        int32_t sum = 0;
-        for (int c = 0; c < cols; ++c) {
-            const float v = std::min(std::max(std::nearbyint(in[c] * scale), -128.0f), 127.0f);
-            a[c] = static_cast<int8_t>(v);
-            sum += a[c];
-        }
-        out.scales[r] = scale;
-        out.sums[r] = sum;
-    }
+    for (int r = 0; r < rows; ++r)
+        quantize_row_int8(x + static_cast<size_t>(r) * cols, cols, out.values.data() + static_cast<size_t>(r) * padded,
+                          out.scales[r], out.sums[r]);
 }
 
 const char* ternary_isa_name(TernaryIsa isa) {
