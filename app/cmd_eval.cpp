@@ -70,16 +70,18 @@ void add_eval_command(CLI::App& app) {
                                  {"ternary_kernels", kernels_label(*loaded.model)}};
         std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
                            loaded.model->method.label() + "): " + loss_text(result);
-        for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
-            if (!args->ternary) break;
-            const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);
-            if (!args->dense) pack_ternary_weights(*ternary);
-            const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
-            // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.
-            const std::string prefix = rule == TernaryRule::absmean ? "ternary_" : "ternary_twn_";
-            record[prefix + "val_loss"] = ternary_result.loss;
-            record[prefix + "val_bits_per_byte"] = ternary_result.bits_per_byte;
-            text += std::string("\n  with ternary weights (") + ternary_rule_name(rule) + "): " + loss_text(ternary_result);
+        if (args->ternary) {
+            for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
+                const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);
+                if (!args->dense) pack_ternary_weights(*ternary);
+                const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
+                // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.
+                const std::string prefix = rule == TernaryRule::absmean ? "ternary_" : "ternary_twn_";
+                record[prefix + "val_loss"] = ternary_result.loss;
+                record[prefix + "val_bits_per_byte"] = ternary_result.bits_per_byte;
+                text += std::string("\n  with ternary weights (") + ternary_rule_name(rule) +
+                        "): " + loss_text(ternary_result);
+            }
         }
         if (args->json) {
             std::printf("%s\n", record.dump().c_str());

@@ -33,9 +33,7 @@ void add_export_command(CLI::App& app) {
         ->capture_default_str();
     command->add_option("--float-type", args->float_type, "GGUF type of fp32 matrices: f32 or f16")->capture_default_str();
     command->add_flag("--ternary", args->ternary, "re-snap an n-bit model's quantized weights to ternary first");
-    command->add_option("--ternary-rule", args->ternary_rule, "with --ternary: absmean (BitNet's) or twn (better for n-bit dqt)")
-        ->check(CLI::IsMember({"absmean", "twn"}))
-        ->capture_default_str();
+    add_ternary_rule_flag(*command, args->ternary_rule);
     command->callback([args] {
         require(args->format == "gguf", "unknown --format '" + args->format + "': dqt exports gguf");
         const std::map<std::string, GgufTernaryFormat> ternary_types = {{"tq2_0", GgufTernaryFormat::tq2_0},
@@ -59,7 +57,7 @@ void add_export_command(CLI::App& app) {
                                     : args->out;
         const GgufExportSummary summary = export_gguf(model, *loaded.tokenizer, options, out);
         std::map<std::string, int> type_counts;
-        for (const std::string& line : summary.tensor_types) ++type_counts[line.substr(line.rfind(": ") + 2)];
+        for (GgmlType type : summary.tensor_types) ++type_counts[ggml_type_name(type)];
         std::string types;
         for (const auto& [type, count] : type_counts) types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + type;
         std::printf("wrote %s: llama.cpp architecture '%s', %zu tensors (%s), %.2f MiB\n", out.c_str(),

@@ -39,9 +39,7 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str();
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
-    command->add_option("--ternary-rule", args->ternary_rule, "with --ternary: absmean (BitNet's) or twn (better for n-bit dqt)")
-        ->check(CLI::IsMember({"absmean", "twn"}))
-        ->capture_default_str();
+    add_ternary_rule_flag(*command, args->ternary_rule);
     add_dense_flag(*command, args->dense);
     add_threads_flag(*command, args->threads);
     command->callback([args] {

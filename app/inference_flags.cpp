@@ -3,6 +3,12 @@
 
 namespace dqt::cli {
 
+void add_ternary_rule_flag(CLI::App& command, std::string& rule) {
+    command.add_option("--ternary-rule", rule, "with --ternary: absmean (BitNet's) or twn (better for n-bit dqt)")
+        ->check(CLI::IsMember({"absmean", "twn"}))
+        ->capture_default_str();
+}
+
 void add_dense_flag(CLI::App& command, bool& dense) {
     command.add_flag("--dense", dense,
                      "run ternary weights through the dense fp32 path instead of the ternary x int8 kernels");

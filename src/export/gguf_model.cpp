@@ -262,6 +262,10 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     if (!options.data_dir.empty()) out.set_string("dqt.data_dir", options.data_dir);
     write_tokenizer(out, tokenizer);
 
+    auto add = [&](GgufTensor tensor) {
+        summary.tensor_types.push_back(tensor.type);
+        out.add_tensor(std::move(tensor));
+    };
     std::vector<float> code_scales;
     for (const ParamTensor& t : model.layout.tensors) {
         const std::string name = t.name + ".weight";
@@ -272,9 +276,9 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
             for (size_t i = 0; i < codes.size(); ++i)
                 codes[i] = static_cast<int8_t>(read_code(model.code(t), model.method.grid, i));
             codes = rows_in_file_order(codes, t.rows, t.cols, c.head_dim(), permute);
-            out.add_tensor(code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks));
+            add(code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks));
             // gamma: W = q / s = q * (1 / s), multiplied in after the matmul.
-            out.add_tensor(float_tensor(t.name + ".scale", {1}, {1.0f / model.scale(t)}, GgufFloatFormat::f32));
+            add(float_tensor(t.name + ".scale", {1}, {1.0f / model.scale(t)}, GgufFloatFormat::f32));
             continue;
         }
         std::vector<float> values(t.count());
@@ -282,13 +286,10 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
         values = rows_in_file_order(values, t.rows, t.cols, c.head_dim(), permute);
         // Norm gains stay F32 (llama.cpp multiplies them in F32); so does a dequantized table.
         const GgufFloatFormat format = t.is_matrix() && t.storage == TensorStorage::f32 ? options.floats : GgufFloatFormat::f32;
-        out.add_tensor(float_tensor(name, gguf_shape(t), values, format));
+        add(float_tensor(name, gguf_shape(t), values, format));
     }
     out.set_f32s("dqt.code_scales", code_scales);
     out.write(path);
-
-    const GgufReader written(path);
-    for (const auto& info : written.tensors()) summary.tensor_types.push_back(info.name + ": " + ggml_type_name(info.type));
     return summary;
 }
 

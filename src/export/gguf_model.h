@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "io/gguf.h"
 #include "model/parameters.h"
 #include "train/model_checkpoint.h"
 
@@ -37,7 +38,7 @@ struct GgufExportOptions {
 
 struct GgufExportSummary {
     std::string architecture;                      // "bitnet" or "llama"
-    std::vector<std::string> tensor_types;         // "name: TYPE", in file order
+    std::vector<GgmlType> tensor_types;            // of every tensor, in file order
     int ternary_fallbacks = 0;                     // ternary tensors written as F32 (ragged rows)
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/ternary_matmul.h"
 #include "quant/f16.h"
 
 namespace dqt {
@@ -54,8 +55,8 @@ std::vector<uint8_t> encode_tq2_0(const int8_t* codes, int rows, int cols) {
         const int8_t* q = codes + b * kBlock;
         uint8_t* block = out.data() + b * 66;
         for (int e = 0; e < kBlock; ++e) {
-            const int byte = (e / 128) * 32 + e % 32, shift = 2 * ((e % 128) / 32);
-            block[byte] = static_cast<uint8_t>(block[byte] | ((q[e] + 1) << shift));
+            const TernaryCodeSlot slot = ternary_code_slot(e);  // the inference kernels' layout is TQ2_0's
+            block[slot.byte] = static_cast<uint8_t>(block[slot.byte] | ((q[e] + 1) << slot.shift));
         }
         put_half(block + 64, ternary_block_scale(q));
     }
@@ -70,7 +71,8 @@ std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols) {
         const uint16_t d = get_half(block + 64);
         require_ternary_scale(d);
         for (int e = 0; e < kBlock; ++e) {
-            const int code = (block[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            const TernaryCodeSlot slot = ternary_code_slot(e);
+            const int code = (block[slot.byte] >> slot.shift) & 3;
             if (code == 3) throw Error("GGUF TQ2_0 block holds the unused code 3");
             codes[b * kBlock + e] = static_cast<int8_t>(d == 0 ? 0 : code - 1);
         }

@@ -12,18 +12,6 @@ namespace dqt {
 
 namespace {
 
-// Where weight `col` of a row sits in the packed layout: byte index and bit shift.
-struct CodeSlot {
-    size_t byte;
-    int shift;
-};
-
-CodeSlot code_slot(int col) {
-    const int block = col / kTernaryBlock, within = col % kTernaryBlock;
-    const int half = within / 128, n = (within % 128) / 32, m = within % 32;
-    return {static_cast<size_t>(block) * kTernaryBlockBytes + static_cast<size_t>(half) * 32 + m, 2 * n};
-}
-
 TernaryTileKernel tile_kernel(TernaryIsa isa) {
     switch (isa) {
         case TernaryIsa::avx2: return ternary_tile_kernel_avx2();
@@ -34,6 +22,12 @@ TernaryTileKernel tile_kernel(TernaryIsa isa) {
 }
 
 }  // namespace
+
+TernaryCodeSlot ternary_code_slot(int col) {
+    const int block = col / kTernaryBlock, within = col % kTernaryBlock;
+    const int half = within / 128, n = (within % 128) / 32, m = within % 32;
+    return {static_cast<size_t>(block) * kTernaryBlockBytes + static_cast<size_t>(half) * 32 + m, 2 * n};
+}
 
 TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
     TernaryMatrix w;
@@ -50,7 +44,7 @@ TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
             const int value = q[static_cast<size_t>(r) * cols + c];
             // Checked without require(): its message string would be built for every weight.
             if (value < -1 || value > 1) throw Error("pack_ternary: code " + std::to_string(value) + " is not ternary");
-            const CodeSlot slot = code_slot(c);
+            const TernaryCodeSlot slot = ternary_code_slot(c);
             row[slot.byte] = static_cast<uint8_t>((row[slot.byte] & ~(3u << slot.shift)) | ((value + 1) << slot.shift));
         }
     }
@@ -58,7 +52,7 @@ TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
 }
 
 int ternary_code_at(const TernaryMatrix& w, int row, int col) {
-    const CodeSlot slot = code_slot(col);
+    const TernaryCodeSlot slot = ternary_code_slot(col);
     return ((w.row(row)[slot.byte] >> slot.shift) & 3) - 1;
 }
 
@@ -68,16 +62,9 @@ namespace {
 // absmax_quantize_rows, so a row it already quantized maps back to its integers exactly).
 // Cloned for AVX-512 / AVX2: the lanes vectorise the max, and rounding is one instruction.
 DQT_TARGET_CLONES void quantize_row_int8(const float* in, int cols, int8_t* a, float& scale_out, int32_t& sum_out) {
-    float lane[kLanes] = {};
-    int c = 0;
-    for (; c + kLanes <= cols; c += kLanes)
-        for (int l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], std::fabs(in[c + l]));
-    for (; c < cols; ++c) lane[0] = std::max(lane[0], std::fabs(in[c]));
-    float absmax = 0.0f;
-    for (int l = 0; l < kLanes; ++l) absmax = std::max(absmax, lane[l]);
-    const float scale = 127.0f / std::max(absmax, 1e-5f);
+    const float scale = 127.0f / std::max(abs_max_f32(in, cols), 1e-5f);
     int32_t sum = 0;
-    for (c = 0; c < cols; ++c) {
+    for (int c = 0; c < cols; ++c) {
         const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(in[c] * scale), -128.0f), 127.0f));
         a[c] = q;
         sum += q;

@@ -37,6 +37,13 @@ struct TernaryMatrix {
     const uint8_t* row(int r) const { return packed.data() + static_cast<size_t>(r) * row_bytes(); }
 };
 
+// Where weight `col` of a packed row sits: byte index in the row and bit shift.
+struct TernaryCodeSlot {
+    size_t byte;
+    int shift;
+};
+TernaryCodeSlot ternary_code_slot(int col);
+
 // q (rows, cols), values in {-1, 0, 1}; dqt::Error for any other value.
 TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma);
 // The code of one weight, read back from the packed layout.

@@ -2,7 +2,9 @@
 // Small building blocks shared by the kernels. Reductions keep several independent
 // accumulators so g++ -O3 vectorises them without -ffast-math, and combine the lanes in a
 // fixed order: a result depends only on the input, never on the thread that computes it.
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace dqt {
@@ -63,6 +65,18 @@ inline float sum_f32(const float* x, int n) {
     float sum = 0;
     for (int l = 0; l < lanes; ++l) sum += lane[l];
     return sum;
+}
+
+// max_i |x[i]| (0 for n = 0).
+inline float abs_max_f32(const float* x, int n) {
+    float lane[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], std::fabs(x[i + l]));
+    for (; i < n; ++i) lane[0] = std::max(lane[0], std::fabs(x[i]));
+    float m = 0.0f;
+    for (int l = 0; l < kLanes; ++l) m = std::max(m, lane[l]);
+    return m;
 }
 
 // max_i x[i] for n >= 1.
