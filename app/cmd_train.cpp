@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "train/generate.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -59,7 +60,12 @@ void run(CLI::App& command, TrainArgs& args) {
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
         args.options.method = resolve_method_config(command, args.method_flags);
         args.options.optim_state = resolve_optim_state(args.method_flags);
-        prepare_default_dataset(args.options);
+        // Under mpirun, each rank runs one micro-batch unless told otherwise: the global batch
+        // grows with the ranks (give --grad-accum to keep it fixed).
+        if (command.get_option("--grad-accum")->count() == 0) args.options.grad_accum = world().size();
+        // Under mpirun, one rank prepares the dataset while the others wait for it.
+        if (world().is_root()) prepare_default_dataset(args.options);
+        world().barrier();
     }
     RunControl control;
     control.resume = args.resume;
@@ -68,7 +74,7 @@ void run(CLI::App& command, TrainArgs& args) {
     control.quiet = args.quiet;
     const TrainReport report = run_training(args.options, control);
 
-    if (args.no_sample || report.steps_done < args.options.steps) return;
+    if (args.no_sample || report.steps_done < args.options.steps || !world().is_root()) return;
     const LoadedModel loaded = load_model_checkpoint(report.checkpoint_path);
     SamplingOptions sampling;
     std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n%s", sampling.temperature, sampling.top_k,
@@ -92,7 +98,8 @@ void add_train_command(CLI::App& app) {
     add_method_flags(*command, args->method_flags);
     command->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
     command->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
-    command->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
+    command->add_option("--grad-accum", o.grad_accum,
+                        "micro-batches per step, a multiple of the rank count under mpirun (default: 1 per rank)");
     command->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
     command->add_option("--min-lr-ratio", o.min_lr_ratio, "final LR as a fraction of the peak")->capture_default_str();
     command->add_option("--warmup", o.warmup_steps, "linear warm-up steps")->capture_default_str();

@@ -1,13 +1,32 @@
 // dqt: train, evaluate and run low-bit LLaMA-style language models.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "core/error.h"
+#include "dist/comm.h"
+
+namespace {
+
+// One line per failing rank; under mpirun with several ranks, the whole job stops with it
+// (the others may be waiting for this rank inside a collective).
+int fail(const char* message, int exit_code) {
+    std::fprintf(stderr, "dqt: error: %s%s\n", dqt::rank_prefix().c_str(), message);
+    if (dqt::world().size() > 1) {
+        std::fflush(stderr);
+        dqt::Communicator::abort(exit_code);
+    }
+    dqt::Communicator::finalize();
+    return exit_code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+    dqt::Communicator::init_from_environment(&argc, &argv);
     CLI::App app{"dqt: train, evaluate and run low-bit LLaMA-style language models"};
     app.require_subcommand(1);
     // A flag given twice takes its last value, as in most Unix tools (scripts append overrides).
@@ -21,19 +40,17 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
+        dqt::Communicator::finalize();
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
+        dqt::Communicator::finalize();
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // One line: what was wrong, and where to look.
-        std::fprintf(stderr, "dqt: error: %s (see dqt --help)\n", e.what());
-        return 2;
-    } catch (const dqt::Error& e) {
-        std::fprintf(stderr, "dqt: error: %s\n", e.what());
-        return 1;
+        return fail((std::string(e.what()) + " (see dqt --help)").c_str(), 2);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "dqt: error: %s\n", e.what());
-        return 1;
+        return fail(e.what(), 1);
     }
+    dqt::Communicator::finalize();
     return 0;
 }

@@ -16,23 +16,7 @@ using namespace dqt::testing;
 
 namespace {
 
-struct CommandResult {
-    int exit_code = -1;
-    std::string output;  // stdout and stderr together
-};
-
-CommandResult run_dqt(const std::string& arguments) {
-    const std::string command = std::string(DQT_BINARY) + " " + arguments + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    CommandResult result;
-    if (!pipe) return result;
-    std::array<char, 4096> chunk;
-    size_t got;
-    while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), got);
-    const int status = pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
-}
+CommandResult run_dqt(const std::string& arguments) { return run_command(std::string(DQT_BINARY) + " " + arguments); }
 
 // One line starting "dqt: error:" that contains `needle`, and a failing exit code.
 void expect_one_line_error(const CommandResult& result, const std::string& needle) {

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <fstream>
 
 #include "data/dataset.h"
@@ -45,6 +49,19 @@ const std::string& tiny_dataset_dir() {
         return root / "data";
     }();
     return dir;
+}
+
+CommandResult run_command(const std::string& command_line) {
+    const std::string command = command_line + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    CommandResult result;
+    if (!pipe) return result;
+    std::array<char, 4096> chunk;
+    size_t got;
+    while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), got);
+    const int status = pclose(pipe);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
 }
 
 TrainOptions tiny_train_options(const std::string& out_dir) {

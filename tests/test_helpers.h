@@ -15,6 +15,13 @@ struct TempDir {
     std::string operator/(const std::string& child) const { return (path / child).string(); }
 };
 
+// A shell command's exit code and output.
+struct CommandResult {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr together
+};
+CommandResult run_command(const std::string& command_line);
+
 // Writes `documents` small .txt files of simple, learnable English-like text into folder.
 void write_tiny_corpus(const std::string& folder, int documents);
 

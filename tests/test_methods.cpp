@@ -74,7 +74,7 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
             }
             float scale = grid.qp() / 0.03f;
             double scale_ref = scale;
-            TensorMoments moments(count, StateDtype::fp32);
+            TensorMoments moments(0, count, StateDtype::fp32);
             const float* m = moments.m.as<float>();
             const float* v = moments.v.as<float>();
             std::vector<float> g(count);
@@ -135,7 +135,7 @@ TEST(DqtUpdate, NearestLosesSmallUpdatesStochasticKeepsThemInExpectation) {
     for (const Rounding mode : {Rounding::nearest, Rounding::stochastic}) {
         std::vector<uint8_t> codes(code_bytes(grid, count));
         for (size_t i = 0; i < count; ++i) write_code(codes.data(), grid, i, i % 2 == 0 ? 1 : 0);  // top code in use
-        TensorMoments moments(count, StateDtype::fp32);
+        TensorMoments moments(0, count, StateDtype::fp32);
         float s = scale;
         dqt_step(CodedTensor{codes.data(), &s, count, grid, 3}, g.data(), moments, config, lr, 1,
                  DqtRounding{mode, 77});
@@ -158,7 +158,7 @@ TEST(DqtUpdate, ScaleIsKeptWhileTheTopCodeIsUsed) {
     std::vector<uint8_t> codes(code_bytes(grid, 8));
     for (int i = 0; i < 8; ++i) write_code(codes.data(), grid, i, i - 4);  // max code 3 < qp
     std::vector<float> g(8, 0.0f);
-    TensorMoments moments(8, StateDtype::fp32);
+    TensorMoments moments(0, 8, StateDtype::fp32);
     float s = 10.0f;
     AdamWConfig config;
     config.weight_decay = 0.0f;

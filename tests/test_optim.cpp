@@ -104,7 +104,7 @@ TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const size_t count = 3 * kStateBlock + 77;  // ragged last block
-    TensorMoments moments(count, StateDtype::q8);
+    TensorMoments moments(0, count, StateDtype::q8);
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> w(count), g(count);
@@ -154,7 +154,7 @@ TEST(Optim, EightBitStateTracksFloat64AdamW) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const size_t count = 8 * kStateBlock;
-    TensorMoments moments(count, StateDtype::q8);
+    TensorMoments moments(0, count, StateDtype::q8);
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> w(count), g(count), direction(count);

@@ -27,21 +27,26 @@ void GradientBuffer::zero() { std::memset(data_.data(), 0, data_.bytes()); }
 
 double GradientBuffer::global_norm() const { return std::sqrt(sum_of_squares(data_.data(), data_.size())); }
 
-double sum_of_squares(const float* x, size_t count) {
-    constexpr size_t kChunk = 1 << 14;
-    const size_t chunks = (count + kChunk - 1) / kChunk;
-    std::vector<double> partial(chunks, 0.0);
+std::vector<double> chunk_sums_of_squares(const float* x, size_t count) {
+    const size_t chunks = (count + kSquareSumChunk - 1) / kSquareSumChunk;
+    std::vector<double> sums(chunks, 0.0);
 #pragma omp parallel for schedule(static)
     for (size_t chunk = 0; chunk < chunks; ++chunk) {
-        const size_t end = std::min(count, (chunk + 1) * kChunk);
+        const size_t end = std::min(count, (chunk + 1) * kSquareSumChunk);
         double sum = 0.0;
-        for (size_t i = chunk * kChunk; i < end; ++i) sum += static_cast<double>(x[i]) * x[i];
-        partial[chunk] = sum;
+        for (size_t i = chunk * kSquareSumChunk; i < end; ++i) sum += static_cast<double>(x[i]) * x[i];
+        sums[chunk] = sum;
     }
+    return sums;
+}
+
+double sum_in_order(const std::vector<double>& chunk_sums) {
     double sum = 0.0;
-    for (double value : partial) sum += value;
+    for (double value : chunk_sums) sum += value;
     return sum;
 }
+
+double sum_of_squares(const float* x, size_t count) { return sum_in_order(chunk_sums_of_squares(x, count)); }
 
 void GradientBuffer::scale(float factor) {
     float* g = data_.data();

@@ -6,6 +6,7 @@
 // release: the piece's gradient is then complete. A sink may keep every gradient
 // (GradientBuffer) or update the weights at once and drop it (optim/fused_update.h).
 #include <cstddef>
+#include <vector>
 
 #include "core/memory.h"
 #include "model/parameters.h"
@@ -26,7 +27,14 @@ public:
 inline constexpr size_t kGradientPieceAlign = 256;
 int gradient_piece_rows(const ParamLayout& layout, const ParamTensor& tensor);
 
-// sum of x[i]^2 in double over fixed chunks in index order (same bits for any thread count).
+// Gradient norms sum squares in double over chunks of kSquareSumChunk values, each chunk in
+// index order, then the chunks' sums in order: the same bits for any thread count, and for
+// any number of data-parallel ranks when each chunk lies on one rank.
+inline constexpr size_t kSquareSumChunk = size_t{1} << 14;
+// The chunk sums of x (count values, x at the start of a chunk).
+std::vector<double> chunk_sums_of_squares(const float* x, size_t count);
+// Their sum in order.
+double sum_in_order(const std::vector<double>& chunk_sums);
 double sum_of_squares(const float* x, size_t count);
 
 // Every tensor's gradient in one flat fp32 array laid out by ParamTensor::offset (category

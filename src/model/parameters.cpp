@@ -43,9 +43,10 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         tensor.tensor_id = static_cast<int>(layout.tensors.size());
         tensor.quantized = follows_method(role, method);
         tensor.storage = tensor.quantized && method.method == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
-        // Every tensor starts 64-byte aligned inside its array.
+        // Every tensor starts 64-byte aligned inside its array; in the gradient layout on
+        // kGradientTensorAlign (data-parallel shards cut there).
         tensor.offset = layout.total;
-        layout.total += round_up(tensor.count(), 16);
+        layout.total += round_up(tensor.count(), kGradientTensorAlign);
         if (tensor.storage == TensorStorage::codes) {
             tensor.code_offset = layout.code_total;
             layout.code_total += round_up(code_bytes(method.grid, tensor.count()), 64);

@@ -34,9 +34,20 @@ struct ParamTensor {
     bool is_matrix() const { return role != TensorRole::norm; }  // matrices get weight decay
 };
 
+// Elements [first, last) of one tensor (empty when first == last).
+struct ElementRange {
+    size_t first = 0, last = 0;
+    bool empty() const { return first == last; }
+    size_t size() const { return last - first; }
+};
+
+// Each tensor starts on a multiple of this many floats in a whole-model gradient buffer (so
+// data-parallel shard cuts, dist/shard_plan.h, fall on whole state blocks and code bytes).
+inline constexpr size_t kGradientTensorAlign = 256;
+
 struct ParamLayout {
     std::vector<ParamTensor> tensors;
-    size_t total = 0;        // floats of a whole-model gradient buffer (every tensor, 64-byte aligned each)
+    size_t total = 0;        // floats of a whole-model gradient buffer (each tensor kGradientTensorAlign-aligned)
     size_t value_total = 0;  // floats of f32-stored values
     size_t code_total = 0;   // bytes of codes
     const ParamTensor& find(const std::string& name) const;

@@ -15,28 +15,29 @@
 
 namespace dqt {
 
-// Elements [range_first, range_last) of the tensor; range_first must be a multiple of
-// kStateBlock (model/gradient_sink.h pieces are).
+// Elements [range_first, range_last) of the tensor, inside the moments' elements; range_first
+// must be a multiple of kStateBlock (model/gradient_sink.h pieces and shard cuts are).
 template <typename Kernel>
 void for_each_moment_block(TensorMoments& moments, size_t range_first, size_t range_last, Kernel&& kernel) {
     if (moments.dtype == StateDtype::q8) {
-        const size_t first_block = range_first / kStateBlock;
+        const size_t first_block = (range_first - moments.first) / kStateBlock;
         const size_t blocks = (range_last - range_first + kStateBlock - 1) / kStateBlock;
         uint8_t* m_codes = moments.m.as<uint8_t>();
         uint8_t* v_codes = moments.v.as<uint8_t>();
 #pragma omp parallel for schedule(static)
         for (size_t k = 0; k < blocks; ++k) {
-            const size_t block = first_block + k;
-            const size_t first = block * kStateBlock, n = std::min(kStateBlock, range_last - first);
+            const size_t block = first_block + k;  // of the moments
+            const size_t local = block * kStateBlock;
+            const size_t first = moments.first + local, n = std::min(kStateBlock, range_last - first);
             float m[kStateBlock], v[kStateBlock];
             // v is stored as sqrt(v) (optimizer_state.h says why).
-            dequantize_block8(m, m_codes + first, n, moments.m_absmax[block], dynamic_map_signed());
-            dequantize_block8(v, v_codes + first, n, moments.v_absmax[block], dynamic_map_unsigned());
+            dequantize_block8(m, m_codes + local, n, moments.m_absmax[block], dynamic_map_signed());
+            dequantize_block8(v, v_codes + local, n, moments.v_absmax[block], dynamic_map_unsigned());
             for (size_t i = 0; i < n; ++i) v[i] *= v[i];
             kernel(first, first + n, m, v);
             for (size_t i = 0; i < n; ++i) v[i] = std::sqrt(v[i]);
-            moments.m_absmax[block] = quantize_block8(m_codes + first, m, n, dynamic_map_signed());
-            moments.v_absmax[block] = quantize_block8(v_codes + first, v, n, dynamic_map_unsigned());
+            moments.m_absmax[block] = quantize_block8(m_codes + local, m, n, dynamic_map_signed());
+            moments.v_absmax[block] = quantize_block8(v_codes + local, v, n, dynamic_map_unsigned());
         }
         return;
     }
@@ -45,10 +46,11 @@ void for_each_moment_block(TensorMoments& moments, size_t range_first, size_t ra
 #pragma omp parallel for schedule(static)
     for (size_t chunk = 0; chunk < chunks; ++chunk) {
         const size_t first = range_first + chunk * kChunk, last = std::min(range_last, first + kChunk);
+        const size_t local = first - moments.first;
         if (moments.dtype == StateDtype::fp32) {
-            kernel(first, last, moments.m.as<float>() + first, moments.v.as<float>() + first);
+            kernel(first, last, moments.m.as<float>() + local, moments.v.as<float>() + local);
         } else {
-            kernel(first, last, moments.m.as<uint16_t>() + first, moments.v.as<uint16_t>() + first);
+            kernel(first, last, moments.m.as<uint16_t>() + local, moments.v.as<uint16_t>() + local);
         }
     }
 }

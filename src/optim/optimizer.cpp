@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
+
 namespace dqt {
 
 static_assert(kGradientPieceAlign % kStateBlock == 0, "gradient pieces must hold whole 8-bit state blocks");
@@ -30,9 +32,15 @@ void TensorUpdate::finish() {
 
 void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
                     const AdamWConfig& config, float lr, int64_t t, uint64_t seed) {
+    optimizer_step_range(model, gradients.values().data(), 0, model.layout.total, state, config, lr, t, seed);
+}
+
+void optimizer_step_range(ModelParameters& model, const float* gradients, size_t begin, size_t end,
+                          OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed) {
     for (const ParamTensor& tensor : model.layout.tensors) {
         TensorUpdate update(model, tensor, state, config, lr, t, seed);
-        update.apply(gradients.of(tensor), 0, tensor.count());
+        const size_t first = std::max(tensor.offset, begin), last = std::min(tensor.offset + tensor.count(), end);
+        if (first < last) update.apply(gradients + (first - begin), first - tensor.offset, last - tensor.offset);
         update.finish();
     }
 }

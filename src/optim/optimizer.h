@@ -33,4 +33,11 @@ private:
 void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
                     const AdamWConfig& config, float lr, int64_t t, uint64_t seed);
 
+// The step of the elements at flat gradient positions [begin, end) only (a data-parallel
+// shard: dist/shard_plan.h); gradients (end - begin) starts at position begin and state holds
+// at least those elements' moments. Every dqt tensor still gets its new scale: it follows from
+// the pre-update codes, which every rank holds.
+void optimizer_step_range(ModelParameters& model, const float* gradients, size_t begin, size_t end,
+                          OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed);
+
 }  // namespace dqt

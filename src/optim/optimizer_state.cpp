@@ -1,5 +1,8 @@
 #include "optim/optimizer_state.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace dqt {
@@ -20,12 +23,13 @@ const char* state_dtype_bits(StateDtype dtype) {
     return "?";
 }
 
-TensorMoments::TensorMoments(size_t n, StateDtype d) : dtype(d), count(n) {
-    m = Buffer(MemCategory::optimizer, count * element_bytes());
-    v = Buffer(MemCategory::optimizer, count * element_bytes());
+TensorMoments::TensorMoments(size_t first_element, size_t n, StateDtype d, MemCategory category)
+    : dtype(d), first(first_element), count(n) {
+    m = Buffer(category, count * element_bytes());
+    v = Buffer(category, count * element_bytes());
     if (dtype == StateDtype::q8) {
-        m_absmax = Array<float>(MemCategory::optimizer, blocks());
-        v_absmax = Array<float>(MemCategory::optimizer, blocks());
+        m_absmax = Array<float>(category, blocks());
+        v_absmax = Array<float>(category, blocks());
     }
 }
 
@@ -38,11 +42,35 @@ size_t TensorMoments::element_bytes() const {
     return 4;
 }
 
-OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested) : requested_(requested) {
+StateDtype tensor_state_dtype(const ParamTensor& tensor, StateDtype requested) {
+    return requested == StateDtype::q8 && tensor.count() < kSmallTensor ? StateDtype::fp32 : requested;
+}
+
+OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, MemCategory category)
+    : requested_(requested) {
     tensors_.reserve(layout.tensors.size());
     for (const ParamTensor& tensor : layout.tensors) {
-        const bool small = tensor.count() < kSmallTensor;
-        tensors_.emplace_back(tensor.count(), requested == StateDtype::q8 && small ? StateDtype::fp32 : requested);
+        tensors_.emplace_back(0, tensor.count(), tensor_state_dtype(tensor, requested), category);
+    }
+}
+
+void copy_moments_range(const TensorMoments& full, TensorMoments& part) {
+    const size_t bytes = part.element_bytes();
+    std::memcpy(part.m.data(), full.m.as<char>() + part.first * bytes, part.count * bytes);
+    std::memcpy(part.v.data(), full.v.as<char>() + part.first * bytes, part.count * bytes);
+    if (part.dtype == StateDtype::q8) {
+        const size_t first_block = part.first / kStateBlock;
+        std::copy_n(full.m_absmax.data() + first_block, part.blocks(), part.m_absmax.data());
+        std::copy_n(full.v_absmax.data() + first_block, part.blocks(), part.v_absmax.data());
+    }
+}
+
+OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, const std::vector<ElementRange>& owned)
+    : requested_(requested) {
+    tensors_.reserve(layout.tensors.size());
+    for (const ParamTensor& tensor : layout.tensors) {
+        const ElementRange range = owned[static_cast<size_t>(tensor.tensor_id)];
+        tensors_.emplace_back(range.first, range.size(), tensor_state_dtype(tensor, requested));
     }
 }
 
@@ -51,7 +79,7 @@ std::string OptimizerState::describe(const ParamLayout& layout) const {
     for (const ParamTensor& tensor : layout.tensors) {
         const bool kept = of(tensor).dtype != requested_;
         (kept ? kept_tensors : main_tensors) += 1;
-        (kept ? kept_values : main_values) += tensor.count();
+        (kept ? kept_values : main_values) += of(tensor).count;
     }
     const char* name = requested_ == StateDtype::q8 ? "8-bit block-wise" : requested_ == StateDtype::bf16 ? "bf16" : "fp32";
     std::string text = std::string(name) + " Adam state for " + std::to_string(main_tensors) + " tensors (" +

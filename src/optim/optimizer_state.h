@@ -25,33 +25,45 @@ const char* state_dtype_bits(StateDtype dtype);          // "32", "16" or "8"
 inline constexpr size_t kStateBlock = 256;     // values per 8-bit block (docs/results.md: why)
 inline constexpr size_t kSmallTensor = 4096;   // below this, 8-bit requests keep fp32 state
 
-// The moments of one tensor.
+// The moments of elements [first, first + count) of one tensor (all of it unless the state is
+// sharded over data-parallel ranks; first is then a multiple of kStateBlock).
 struct TensorMoments {
     StateDtype dtype = StateDtype::fp32;
+    size_t first = 0;
     size_t count = 0;
     Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes (of m and sqrt(v)); category optimizer
     Array<float> m_absmax, v_absmax;  // (blocks) 8-bit only; category optimizer
 
-    TensorMoments(size_t count, StateDtype dtype);
+    TensorMoments(size_t first, size_t count, StateDtype dtype, MemCategory category = MemCategory::optimizer);
     size_t element_bytes() const;
     size_t blocks() const { return (count + kStateBlock - 1) / kStateBlock; }
 };
 
+// The moments of a tensor's 8-bit state or not: small tensors keep fp32 (kSmallTensor).
+StateDtype tensor_state_dtype(const ParamTensor& tensor, StateDtype requested);
+
 class OptimizerState {
 public:
     // One TensorMoments per tensor of the layout, zeroed.
-    OptimizerState(const ParamLayout& layout, StateDtype requested);
+    OptimizerState(const ParamLayout& layout, StateDtype requested, MemCategory category = MemCategory::optimizer);
+    // Sharded (ZeRO-1): tensor i keeps the moments of elements owned[i] only.
+    OptimizerState(const ParamLayout& layout, StateDtype requested, const std::vector<ElementRange>& owned);
     TensorMoments& of(const ParamTensor& tensor) { return tensors_[static_cast<size_t>(tensor.tensor_id)]; }
     const TensorMoments& of(const ParamTensor& tensor) const {
         return tensors_[static_cast<size_t>(tensor.tensor_id)];
     }
-    // "8-bit state for 30 tensors (3,270,656 values); fp32 for 9 small tensors (2,304)" and the like.
+    StateDtype requested() const { return requested_; }
+    // "8-bit state for 30 tensors (3,270,656 values); fp32 for 9 small tensors (2,304)" and the
+    // like; values counts the elements held here (one shard's when sharded).
     std::string describe(const ParamLayout& layout) const;
 
 private:
     StateDtype requested_;
     std::vector<TensorMoments> tensors_;
 };
+
+// part's elements copied from full, which holds the whole tensor in the same dtype.
+void copy_moments_range(const TensorMoments& full, TensorMoments& part);
 
 // Typed access for the update kernels: one templated loop serves fp32 and bf16 moments.
 inline float load_moment(const float* p, size_t i) { return p[i]; }

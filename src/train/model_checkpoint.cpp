@@ -68,7 +68,7 @@ void add_moments(std::vector<TensorView>& out, const ParamTensor& tensor, const 
     }
 }
 
-void read_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
+void read_whole_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
     const size_t bytes = tensor.count() * moments.element_bytes();
     reader.read("adam.m." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.m.data(), bytes);
     reader.read("adam.v." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.v.data(), bytes);
@@ -77,6 +77,17 @@ void read_moments(const CheckpointReader& reader, const ParamTensor& tensor, Ten
         reader.read("adam.m_absmax." + tensor.name, "f32", blocks, moments.m_absmax.data(), moments.m_absmax.bytes());
         reader.read("adam.v_absmax." + tensor.name, "f32", blocks, moments.v_absmax.data(), moments.v_absmax.bytes());
     }
+}
+
+// Moments that hold part of the tensor (a data-parallel shard) take their slice of the stored whole.
+void read_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
+    if (moments.first == 0 && moments.count == tensor.count()) {
+        read_whole_moments(reader, tensor, moments);
+        return;
+    }
+    TensorMoments whole(0, tensor.count(), moments.dtype, MemCategory::scratch);
+    read_whole_moments(reader, tensor, whole);
+    copy_moments_range(whole, moments);
 }
 
 void check_kind(const CheckpointReader& reader, const std::string& path) {

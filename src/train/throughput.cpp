@@ -15,7 +15,8 @@ ThroughputResult measure_training_throughput(const ThroughputSetup& setup) {
     ModelParameters model(config, setup.method);
     model.initialize(1);
     OptimizerState state(model.layout, setup.optim_state);
-    TrainingStep training_step(model, state, AdamWConfig{}, 1.0f, setup.fused_update, 1);
+    const ShardPlan one_rank = make_shard_plan(model.layout, setup.method.grid, 1);
+    TrainingStep training_step(model, state, AdamWConfig{}, 1.0f, setup.fused_update, 1, 1, self_group(), one_rank);
     Activations acts(config, setup.batch, config.seq_len);
     const size_t tokens = static_cast<size_t>(setup.batch) * config.seq_len;
     for (size_t i = 0; i < tokens; ++i) {
@@ -23,7 +24,7 @@ ThroughputResult measure_training_throughput(const ThroughputSetup& setup) {
         acts.targets[i] = static_cast<int32_t>(random_u64(7, kStreamBatch, 1, i) % config.vocab_size);
     }
     auto one_step = [&](int step) {
-        training_step.run(acts, 1, 1.0f / static_cast<float>(tokens), 1e-4f, step + 1, [](int) {});
+        training_step.run(acts, 1.0f / static_cast<float>(tokens), 1e-4f, step + 1, [](int) {});
     };
     for (int step = 0; step < setup.warmup; ++step) one_step(step);
     const auto start = std::chrono::steady_clock::now();

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,9 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "data/batch.h"
+#include "dist/comm.h"
+#include "dist/shard_plan.h"
+#include "dist/sharded_state.h"
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
@@ -72,22 +76,36 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
 
-    std::error_code ignored;
-    std::filesystem::create_directories(options.out_dir, ignored);
-    require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+    // Data parallel: every rank builds the same model; rank 0 alone writes files and prints.
+    Communicator& comm = world();
+    const bool writer = comm.is_root();
+    const int ranks = comm.size();
+    require(options.grad_accum % ranks == 0,
+            "--grad-accum " + std::to_string(options.grad_accum) + " cannot be shared by " + std::to_string(ranks) +
+                " ranks: each rank runs whole micro-batches of --batch sequences, so --grad-accum must be a "
+                "multiple of the rank count (the global batch is --batch x --grad-accum sequences)" +
+                (control.resume ? std::string(": resume this run on a rank count that divides it") : ""));
+    if (writer) {
+        std::error_code ignored;
+        std::filesystem::create_directories(options.out_dir, ignored);
+        require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+    }
 
     ModelParameters model(options.model, options.method);
-    OptimizerState adam(model.layout, options.optim_state);
+    const ShardPlan plan = make_shard_plan(model.layout, options.method.grid, ranks);
+    OptimizerState adam(model.layout, options.optim_state, plan.owned_by(model.layout, comm.rank()));
     TrainingPosition position;
     if (control.resume) {
         position = load_training_state(checkpoint_path, model, adam);
     } else {
         model.initialize(options.seed);
-        write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
+        if (writer) write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
     }
     const int start_step = position.step;
-    MetricsLog metrics(metrics_path_in(options.out_dir), !control.resume, start_step);
-    TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed);
+    std::optional<MetricsLog> metrics;
+    if (writer) metrics.emplace(metrics_path_in(options.out_dir), !control.resume, start_step);
+    TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed,
+                               options.grad_accum, comm, plan);
     training_step.previous_grad_norm = position.previous_grad_norm;
 
     const int B = options.batch, T = options.model.seq_len;
@@ -96,7 +114,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     const float grad_scale = 1.0f / static_cast<float>(options.tokens_per_step());
     const int64_t parameters = options.model.parameter_count();
 
-    FILE* out = control.quiet ? nullptr : stderr;
+    FILE* out = control.quiet || !writer ? nullptr : stderr;
     ProgressDisplay progress(out ? out : stderr, control.interactive, options.log_every);
     auto say = [&](const std::string& line) {
         if (out) progress.message(line);
@@ -105,8 +123,13 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
             std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
             " steps -> " + options.out_dir);
-        say(adam.describe(model.layout) +
+        say(adam.describe(model.layout) + (ranks > 1 ? " on each rank (sharded over " + std::to_string(ranks) + ")" : "") +
             (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
+        if (ranks > 1) {
+            say("data parallel over " + std::to_string(ranks) + " ranks: each runs " +
+                std::to_string(options.grad_accum / ranks) + " micro-batch(es) of " + std::to_string(B) +
+                " sequences per step; gradients reduce-scattered, new weights all-gathered");
+        }
     } else {
         say("resuming " + options.out_dir + " at step " + std::to_string(start_step) + "/" +
             std::to_string(options.steps));
@@ -114,7 +137,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
 
     auto run_eval = [&](int step) {
         const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens);
-        metrics.append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
+        if (metrics) metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
                         {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
         char line[160];
         std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
@@ -123,8 +146,14 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         return result;
     };
     auto save = [&](int step) {
-        save_training_checkpoint(checkpoint_path, options, {step, training_step.previous_grad_norm}, model, adam,
-                                 *data.tokenizer);
+        const TrainingPosition here{step, training_step.previous_grad_norm};
+        if (ranks == 1) {
+            save_training_checkpoint(checkpoint_path, options, here, model, adam, *data.tokenizer);
+            return;
+        }
+        // The whole optimizer state, so that any number of ranks can resume.
+        const std::optional<OptimizerState> whole = gather_optimizer_state(model.layout, plan, comm, adam);
+        if (writer) save_training_checkpoint(checkpoint_path, options, here, model, *whole, *data.tokenizer);
     };
 
     InterruptGuard interrupt_guard;
@@ -137,7 +166,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         const auto step_start = Clock::now();
         const float lr = schedule.at(step);
         const TrainingStep::Result result =
-            training_step.run(acts, options.grad_accum, grad_scale, lr, step + 1, [&](int micro) {
+            training_step.run(acts, grad_scale, lr, step + 1, [&](int micro) {
                 sample_sequences(data.train, options.seed, static_cast<uint64_t>(step),
                                  static_cast<uint64_t>(micro) * B, B, T, acts.tokens.data(), acts.targets.data());
             });
@@ -147,10 +176,21 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
 
         const double elapsed = seconds_since(start);
         const double tokens_per_second = tokens_this_session / elapsed;
-        if (step % options.log_every == 0 || step == options.steps) {
-            metrics.append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", result.grad_norm},
-                            {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
-                            {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second}});
+        if (step == start_step + 1 && ranks > 1) {
+            char line[200];
+            std::snprintf(line, sizeof line,
+                          "sent per step by rank 0: %.2f MB of gradients (reduce-scatter), %.2f MB of weights "
+                          "(all-gather)",
+                          result.gradient_bytes / 1e6, result.weight_bytes / 1e6);
+            say(line);
+        }
+        if (metrics && (step % options.log_every == 0 || step == options.steps)) {
+            metrics->append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr},
+                             {"grad_norm", result.grad_norm},
+                             {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
+                             {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second},
+                             {"ranks", ranks}, {"gradient_bytes_sent", result.gradient_bytes},
+                             {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes}});
         }
         if (out) {
             progress.update({step, options.steps, loss, tokens_per_second, lr,
@@ -160,7 +200,9 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         report.tokens_per_second = tokens_per_second;
 
         if (options.eval_every > 0 && step % options.eval_every == 0 && step < options.steps) run_eval(step);
-        const bool stop_now = (control.stop_after_step > 0 && step >= control.stop_after_step) || g_stop_requested.load();
+        // Every rank stops at the same step (a Ctrl-C may reach them at different moments).
+        const bool stop_now = (control.stop_after_step > 0 && step >= control.stop_after_step) ||
+                              comm.any(g_stop_requested.load());
         if ((options.checkpoint_every > 0 && step % options.checkpoint_every == 0) || stop_now) save(step);
         if (stop_now && step < options.steps) {
             interrupted = true;
@@ -177,12 +219,13 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         report.val_loss = result.loss;
         report.val_bits_per_byte = result.bits_per_byte;
         if (options.checkpoint_every == 0 || step % options.checkpoint_every != 0) save(step);
-        nlohmann::json memory = memory_report_json(parameters);
+        nlohmann::json memory = memory_report_json(parameters);  // of rank 0's process
         memory["step"] = step;
         memory["optimizer_state"] = adam.describe(model.layout);
         memory["fused_update"] = options.fused_update;
-        memory["threads"] = num_threads();  // tokens/s depends on it; the losses do not
-        metrics.append(memory);
+        memory["threads"] = num_threads();  // per rank; tokens/s depends on it, the losses do not
+        memory["ranks"] = ranks;
+        if (metrics) metrics->append(memory);
         if (out) {
             progress.finish();
             std::fprintf(out, "%s", memory_report_text(parameters).c_str());

@@ -5,39 +5,84 @@
 namespace dqt {
 
 TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                           bool fused_update, uint64_t seed)
-    : model_(model), state_(state), adam_(adam), grad_clip_(grad_clip), seed_(seed) {
+                           bool fused_update, uint64_t seed, int micro_batches, Communicator& comm,
+                           const ShardPlan& plan)
+    : model_(model),
+      state_(state),
+      adam_(adam),
+      grad_clip_(grad_clip),
+      seed_(seed),
+      micro_batches_(micro_batches),
+      comm_(comm),
+      plan_(plan) {
+    require(plan.ranks == comm.size(), "internal error: shard plan for " + std::to_string(plan.ranks) +
+                                           " ranks in a group of " + std::to_string(comm.size()));
+    require(micro_batches % comm.size() == 0,
+            std::to_string(micro_batches) + " micro-batches per step cannot be shared by " +
+                std::to_string(comm.size()) + " ranks: --grad-accum must be a multiple of the rank count");
     if (fused_update) {
+        require(comm.size() == 1, "--fused-update runs on one rank: it updates each weight inside the backward "
+                                  "pass, before the other ranks' gradients could arrive");
+        require(micro_batches == 1, "fused updates take one micro-batch per step");
         fused_.emplace(model, state, adam, seed);
-    } else {
-        gradients_.emplace(model.layout);
+        return;
+    }
+    exchange_.emplace(model, plan, comm, micro_batches / comm.size());
+    for (int r = 0; r < plan.ranks; ++r) {
+        value_begin_.push_back(plan.value_cut[r] * sizeof(float));
+        value_end_.push_back(plan.value_cut[r + 1] * sizeof(float));
+        code_begin_.push_back(plan.code_cut[r]);
+        code_end_.push_back(plan.code_cut[r + 1]);
     }
 }
 
-TrainingStep::Result TrainingStep::run(Activations& acts, int micro_batches, float grad_scale, float lr, int64_t t,
+TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, float lr, int64_t t,
                                        const std::function<void(int micro)>& fill) {
-    Result result;
-    if (fused_) {
-        require(micro_batches == 1, "fused updates take one micro-batch per step");
-        // Each weight is updated inside the backward pass; clipping uses the last step's norm.
-        fused_->begin_step(lr, t, clip_factor(previous_grad_norm, grad_clip_));
-        fill(0);
-        result.loss_sum = model_forward(model_, acts, true);
-        model_backward(model_, acts, grad_scale, *fused_);
-        result.grad_norm = fused_->gradient_norm();
-    } else {
-        gradients_->zero();
-        for (int micro = 0; micro < micro_batches; ++micro) {
-            fill(micro);
-            result.loss_sum += model_forward(model_, acts, true);
-            model_backward(model_, acts, grad_scale, *gradients_);
-        }
-        result.grad_norm = gradients_->global_norm();
-        const float factor = clip_factor(result.grad_norm, grad_clip_);
-        if (factor != 1.0f) gradients_->scale(factor);
-        optimizer_step(model_, *gradients_, state_, adam_, lr, t, seed_);
-    }
+    comm_.reset_counters();
+    Result result = fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_data_parallel(acts, grad_scale, lr, t, fill);
+    result.gradient_bytes = comm_.bytes_sent(Traffic::gradients);
+    result.weight_bytes = comm_.bytes_sent(Traffic::weights);
+    result.other_bytes = comm_.bytes_sent(Traffic::other);
     previous_grad_norm = result.grad_norm;
+    return result;
+}
+
+TrainingStep::Result TrainingStep::run_fused(Activations& acts, float grad_scale, float lr, int64_t t,
+                                             const std::function<void(int)>& fill) {
+    // Each weight is updated inside the backward pass; clipping uses the last step's norm.
+    Result result;
+    fused_->begin_step(lr, t, clip_factor(previous_grad_norm, grad_clip_));
+    fill(0);
+    result.loss_sum = model_forward(model_, acts, true);
+    model_backward(model_, acts, grad_scale, *fused_);
+    result.grad_norm = fused_->gradient_norm();
+    return result;
+}
+
+TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float grad_scale, float lr, int64_t t,
+                                                     const std::function<void(int)>& fill) {
+    const int leaves = micro_batches_ / comm_.size();
+    std::vector<double> losses;  // (leaves) of this rank
+    exchange_->begin_step();
+    for (int leaf = 0; leaf < leaves; ++leaf) {
+        exchange_->begin_leaf(leaf);
+        fill(comm_.rank() * leaves + leaf);
+        losses.push_back(model_forward(model_, acts, true));
+        model_backward(model_, acts, grad_scale, *exchange_);
+    }
+    Result result;
+    // Summed in micro-batch order, as one rank would.
+    for (double loss : comm_.allgather(losses, std::vector<int>(static_cast<size_t>(comm_.size()), leaves))) {
+        result.loss_sum += loss;
+    }
+    float* gradient = exchange_->reduce();
+    result.grad_norm = exchange_->global_norm();
+    const float factor = clip_factor(result.grad_norm, grad_clip_);
+    if (factor != 1.0f) exchange_->scale(factor);
+    const int rank = comm_.rank();
+    optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_);
+    comm_.allgather_in_place(model_.values.data(), value_begin_, value_end_, Traffic::weights);
+    comm_.allgather_in_place(model_.codes.data(), code_begin_, code_end_, Traffic::weights);
     return result;
 }
 

@@ -1,12 +1,21 @@
 #pragma once
 // One optimizer step: forward and backward over the micro-batches, gradient clipping and the
-// update of every weight, either from a whole-model gradient buffer after the backward pass or
-// fused into it (optim/fused_update.h). Shared by the training loop and the benchmarks.
+// update of every weight, either from the step's gradient after the backward pass or fused
+// into it (optim/fused_update.h). Shared by the training loop and the benchmarks.
+//
+// Unfused steps run data-parallel over the ranks of `comm` (one rank: the same code, nothing
+// sent): rank r runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the
+// gradients are reduce-scattered in a fixed order (dist/gradient_exchange.h), each rank
+// updates the elements it owns (dist/shard_plan.h) and all-gathers the new weights: integer
+// codes for dqt tensors, fp32 for the rest.
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
-#include "model/gradient_sink.h"
+#include "dist/comm.h"
+#include "dist/gradient_exchange.h"
+#include "dist/shard_plan.h"
 #include "model/llama.h"
 #include "optim/fused_update.h"
 #include "optim/optimizer.h"
@@ -15,29 +24,41 @@ namespace dqt {
 
 class TrainingStep {
 public:
+    // micro_batches: M, a multiple of comm.size(); plan: cut for comm.size() ranks, and state
+    // holding this rank's share of it. Fused updates take one rank and one micro-batch.
     TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                 bool fused_update, uint64_t seed);
+                 bool fused_update, uint64_t seed, int micro_batches, Communicator& comm, const ShardPlan& plan);
 
     struct Result {
-        double loss_sum = 0.0;   // summed cross-entropy over every token of the step, nats
-        double grad_norm = 0.0;  // global norm of the step's gradients before clipping
+        double loss_sum = 0.0;        // summed cross-entropy over every token of the step (all ranks), nats
+        double grad_norm = 0.0;       // global norm of the step's gradients before clipping
+        int64_t gradient_bytes = 0;   // sent by this rank in the reduce-scatter
+        int64_t weight_bytes = 0;     // sent by this rank in the all-gather of new weights
+        int64_t other_bytes = 0;      // losses and norm partial sums
     };
-    // fill(micro) puts micro-batch `micro`'s tokens and targets into acts. grad_scale is
+    // fill(micro) puts micro-batch `micro` (0 .. M-1, global) into acts. grad_scale is
     // 1 / tokens of the whole step; t is the 1-based step.
-    Result run(Activations& acts, int micro_batches, float grad_scale, float lr, int64_t t,
-               const std::function<void(int micro)>& fill);
+    Result run(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int micro)>& fill);
 
     // The last step's gradient norm: fused updates clip with it, so a resumed run restores it.
     double previous_grad_norm = 0.0;
 
 private:
+    Result run_fused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
+    Result run_data_parallel(Activations& acts, float grad_scale, float lr, int64_t t,
+                             const std::function<void(int)>& fill);
+
     ModelParameters& model_;
     OptimizerState& state_;
     AdamWConfig adam_;
     float grad_clip_;
     uint64_t seed_;
-    std::optional<GradientBuffer> gradients_;  // unfused only
-    std::optional<FusedUpdater> fused_;        // fused only
+    int micro_batches_;
+    Communicator& comm_;
+    const ShardPlan& plan_;
+    std::vector<size_t> value_begin_, value_end_, code_begin_, code_end_;  // (ranks) byte ranges to all-gather
+    std::optional<GradientExchange> exchange_;  // unfused only
+    std::optional<FusedUpdater> fused_;         // fused only
 };
 
 }  // namespace dqt

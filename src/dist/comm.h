@@ -1,0 +1,78 @@
+#pragma once
+// The process group of a data-parallel run: Open MPI's MPI_COMM_WORLD when dqt was started
+// by mpirun, a group of one otherwise (no MPI call is made then). Only this file's .cpp
+// includes <mpi.h>; the rest of dqt sees ranks, byte ranges and counts.
+//
+// Point-to-point transfers are nonblocking and collected in one pending list: post them,
+// call progress() now and then (Open MPI moves large messages only inside MPI calls), and
+// wait_all() before reading what was received. Every byte this process sends is counted by
+// purpose, so a run can report its traffic.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dqt {
+
+enum class Traffic : int { gradients, weights, other, count };
+
+class Communicator {
+public:
+    // Initialises MPI when the environment says mpirun started this process (a group of one
+    // otherwise). Call once, before any other thread exists.
+    static void init_from_environment(int* argc, char*** argv);
+    // Finalises MPI if it was initialised.
+    static void finalize();
+    // Ends every process of the job at once (after this process printed its error).
+    [[noreturn]] static void abort(int exit_code);
+
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    bool is_root() const { return rank_ == 0; }
+
+    void barrier();
+    // True on every rank when `mine` is true on any (a stop request seen by one rank).
+    bool any(bool mine);
+    // Nonblocking point-to-point, counted as `traffic`; tag < max_tag().
+    void isend(const void* data, size_t bytes, int to, int tag, Traffic traffic);
+    void irecv(void* data, size_t bytes, int from, int tag);
+    void progress();
+    void wait_all();
+    int max_tag() const { return max_tag_; }
+
+    // Rank r contributes bytes [begin[r], end[r]) of `base`, already in place on rank r; on
+    // return every rank holds all of them. Counted as (N-1) times this rank's part: what a
+    // ring sends.
+    void allgather_in_place(void* base, const std::vector<size_t>& begin, const std::vector<size_t>& end,
+                            Traffic traffic);
+    // Every rank's `mine` (counts[r] doubles from rank r) concatenated in rank order.
+    std::vector<double> allgather(const std::vector<double>& mine, const std::vector<int>& counts);
+    // Root receives every rank's bytes into `out` at offsets[r] (out is ignored elsewhere).
+    void gather_to_root(const void* mine, size_t bytes, void* out, const std::vector<size_t>& offsets,
+                        const std::vector<size_t>& sizes);
+
+    int64_t bytes_sent(Traffic traffic) const { return bytes_sent_[static_cast<int>(traffic)]; }
+    void reset_counters();
+
+private:
+    Communicator();
+    int rank_ = 0;
+    int size_ = 1;
+    int max_tag_ = 32767;
+    struct Pending;                    // the MPI_Request list, defined where <mpi.h> is
+    std::shared_ptr<Pending> pending_;
+    int64_t bytes_sent_[static_cast<int>(Traffic::count)] = {};
+    friend Communicator& world();
+    friend Communicator& self_group();
+};
+
+// The process-wide group (size 1 until init_from_environment found mpirun).
+Communicator& world();
+// A group of this process alone, whatever the launch (single-process benchmarks).
+Communicator& self_group();
+
+// "rank 1 of 2: " under mpirun with more than one rank, "" otherwise (error messages).
+std::string rank_prefix();
+
+}  // namespace dqt

@@ -1,0 +1,186 @@
+#include "dist/gradient_exchange.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dqt {
+
+namespace {
+
+// lower[i] += upper[i] for i < count.
+void add_into(float* lower, const float* upper, size_t count) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) lower[i] += upper[i];
+}
+
+}  // namespace
+
+GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm,
+                                   int leaves_per_rank)
+    : plan_(plan), comm_(comm), rank_(comm.rank()), leaves_per_rank_(leaves_per_rank) {
+    const ParamLayout& layout = model.layout;
+    shard_begin_ = plan.begin(rank_);
+    shard_end_ = plan.end(rank_);
+    // The tied embedding is also the head: the backward pass visits its pieces twice per leaf.
+    const bool tied = model.tensors.output == model.tensors.token_embd;
+    for (const ParamTensor& tensor : layout.tensors) {
+        const int rows = gradient_piece_rows(layout, tensor);
+        first_piece_.push_back(static_cast<int>(pieces_.size()));
+        piece_rows_.push_back(rows);
+        const int visits = tied && &tensor == model.tensors.token_embd ? 2 : 1;
+        for (int row = 0; row < tensor.rows; row += rows) {
+            const size_t cols = static_cast<size_t>(tensor.cols);
+            pieces_.push_back({tensor.offset + row * cols,
+                               tensor.offset + std::min(tensor.rows, row + rows) * cols, visits});
+        }
+    }
+    require(static_cast<int>(pieces_.size()) <= comm.max_tag(),
+            "the model has more gradient pieces than MPI message tags (" + std::to_string(comm.max_tag()) + ")");
+    acquired_.assign(pieces_.size(), 0);
+    released_.assign(pieces_.size(), 0);
+
+    // Leaf by leaf: which slot it starts in and which merges follow it.
+    const int first_leaf = rank_ * leaves_per_rank;
+    PairwiseSum sum;
+    size_t slots = 0;
+    for (int leaf = 0; leaf < leaves_per_rank; ++leaf) {
+        LeafPlan leaf_plan;
+        leaf_plan.slot = static_cast<int>(sum.blocks().size());
+        slots = std::max(slots, sum.blocks().size() + 1);
+        sum.push({first_leaf + leaf, 1}, [&](int lower, int upper) { leaf_plan.merges.emplace_back(lower, upper); });
+        leaves_.push_back(leaf_plan);
+    }
+    final_blocks_ = sum.blocks();
+    for (size_t slot = 0; slot < slots; ++slot) slots_.emplace_back(MemCategory::gradients, layout.total);
+
+    for (int other = 0; other < plan.ranks; ++other) {
+        if (other == rank_) continue;
+        for (const LeafBlock& block : aligned_blocks(other * leaves_per_rank, (other + 1) * leaves_per_rank)) {
+            received_blocks_.emplace_back(other, block);
+        }
+    }
+    received_ = Array<float>(MemCategory::gradients, received_blocks_.size() * (shard_end_ - shard_begin_));
+}
+
+int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) const {
+    const size_t id = static_cast<size_t>(tensor.tensor_id);
+    return first_piece_[id] + row_begin / piece_rows_[id];
+}
+
+void GradientExchange::begin_step() {
+    const size_t shard = shard_end_ - shard_begin_;
+    for (size_t region = 0; region < received_blocks_.size(); ++region) {
+        const int from = received_blocks_[region].first;
+        for (size_t p = 0; p < pieces_.size(); ++p) {
+            const size_t first = std::max(pieces_[p].begin, shard_begin_), last = std::min(pieces_[p].end, shard_end_);
+            if (first >= last) continue;
+            comm_.irecv(received_.data() + region * shard + (first - shard_begin_), (last - first) * sizeof(float),
+                        from, static_cast<int>(p));
+        }
+    }
+}
+
+void GradientExchange::begin_leaf(int leaf) {
+    leaf_ = leaf;
+    std::fill(acquired_.begin(), acquired_.end(), 0);
+    std::fill(released_.begin(), released_.end(), 0);
+}
+
+float* GradientExchange::acquire(const ParamTensor& tensor, int row_begin, int row_end) {
+    const int p = piece_index(tensor, row_begin);
+    float* slot = slots_[static_cast<size_t>(leaves_[leaf_].slot)].data();
+    const Piece& piece = pieces_[p];
+    // Every leaf's gradient starts from zero (the first visit of the leaf clears the piece).
+    if (acquired_[p]++ == 0) std::memset(slot + piece.begin, 0, (piece.end - piece.begin) * sizeof(float));
+    return slot + tensor.offset + static_cast<size_t>(row_begin) * tensor.cols;
+}
+
+void GradientExchange::release(const ParamTensor& tensor, int row_begin, int row_end) {
+    const int p = piece_index(tensor, row_begin);
+    const Piece& piece = pieces_[p];
+    if (++released_[p] < piece.visits) return;
+    for (const auto& [lower, upper] : leaves_[leaf_].merges) {
+        add_into(slots_[lower].data() + piece.begin, slots_[upper].data() + piece.begin, piece.end - piece.begin);
+    }
+    if (leaf_ == leaves_per_rank_ - 1) send_final_piece(piece, p);
+    comm_.progress();
+}
+
+void GradientExchange::send_final_piece(const Piece& piece, int tag) {
+    for (int to = 0; to < plan_.ranks; ++to) {
+        if (to == rank_) continue;
+        const size_t first = std::max(piece.begin, plan_.begin(to)), last = std::min(piece.end, plan_.end(to));
+        if (first >= last) continue;
+        for (size_t block = 0; block < final_blocks_.size(); ++block) {
+            comm_.isend(slots_[block].data() + first, (last - first) * sizeof(float), to, tag, Traffic::gradients);
+        }
+    }
+}
+
+float* GradientExchange::reduce() {
+    comm_.wait_all();
+    for (size_t p = 0; p < pieces_.size(); ++p) {
+        // A backward pass that skipped or repeated a piece would silently corrupt the sum.
+        if (acquired_[p] != pieces_[p].visits || released_[p] != pieces_[p].visits) {
+            throw Error("internal error: gradient piece " + std::to_string(p) + " visited " +
+                        std::to_string(released_[p]) + " times in the last leaf, expected " +
+                        std::to_string(pieces_[p].visits));
+        }
+    }
+    // Every rank's blocks of this shard in leaf order, then the fixed merges and the fold.
+    const size_t shard = shard_end_ - shard_begin_;
+    std::vector<float*> parts;
+    size_t region = 0;
+    for (int from = 0; from < plan_.ranks; ++from) {
+        if (from == rank_) {
+            for (size_t block = 0; block < final_blocks_.size(); ++block) parts.push_back(slots_[block].data() + shard_begin_);
+        } else {
+            for (; region < received_blocks_.size() && received_blocks_[region].first == from; ++region) {
+                parts.push_back(received_.data() + region * shard);
+            }
+        }
+    }
+    std::vector<LeafBlock> blocks;
+    for (int from = 0; from < plan_.ranks; ++from) {
+        for (const LeafBlock& block : aligned_blocks(from * leaves_per_rank_, (from + 1) * leaves_per_rank_)) {
+            blocks.push_back(block);
+        }
+    }
+    PairwiseSum sum;
+    std::vector<float*> stack;
+    auto merge = [&](int lower, int upper) { add_into(stack[lower], stack[upper], shard); };
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        stack.push_back(parts[i]);
+        sum.push(blocks[i], [&](int lower, int upper) {
+            merge(lower, upper);
+            stack.pop_back();
+        });
+    }
+    sum.fold([&](int lower, int upper) {
+        merge(lower, upper);
+        stack.pop_back();
+    });
+    shard_gradient_ = stack.empty() ? nullptr : stack[0];
+    return shard_gradient_;
+}
+
+double GradientExchange::global_norm() {
+    const std::vector<double> mine = chunk_sums_of_squares(shard_gradient_, shard_end_ - shard_begin_);
+    std::vector<int> counts;
+    for (int r = 0; r < plan_.ranks; ++r) {
+        counts.push_back(static_cast<int>((plan_.end(r) - plan_.begin(r) + kSquareSumChunk - 1) / kSquareSumChunk));
+    }
+    return std::sqrt(sum_in_order(comm_.allgather(mine, counts)));
+}
+
+void GradientExchange::scale(float factor) {
+    float* g = shard_gradient_;
+    const size_t count = shard_end_ - shard_begin_;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) g[i] *= factor;
+}
+
+}  // namespace dqt

@@ -1,0 +1,72 @@
+#pragma once
+// The gradient side of a data-parallel step (ZeRO-1). Each rank runs the backward pass of its
+// leaves (micro-batches [rank * k, (rank + 1) * k) of the step's M = N * k) into this sink:
+//  - every leaf's gradient starts from zero in its own stack slot, and the pairwise merges of
+//    dist/pairwise_sum.h run piece by piece as each piece is released;
+//  - when the last leaf releases a piece, the piece is final on this rank: its parts that other
+//    ranks own go out at once (nonblocking sends, one bucket per gradient piece), overlapping
+//    the rest of the backward pass;
+//  - reduce() waits, then sums this rank's shard over every rank's blocks in the fixed order:
+//    a reduce-scatter whose result has the same bits for any number of ranks.
+// With one rank nothing is sent and the sum is the plain gradient of the step.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/memory.h"
+#include "dist/comm.h"
+#include "dist/pairwise_sum.h"
+#include "dist/shard_plan.h"
+#include "model/gradient_sink.h"
+#include "model/parameters.h"
+
+namespace dqt {
+
+class GradientExchange : public GradientSink {
+public:
+    GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm, int leaves_per_rank);
+
+    // Before the first leaf of a step: posts the receives of this rank's shard.
+    void begin_step();
+    // Before the backward pass of local leaf `leaf` (0 .. leaves_per_rank - 1).
+    void begin_leaf(int leaf);
+    float* acquire(const ParamTensor& tensor, int row_begin, int row_end) override;
+    void release(const ParamTensor& tensor, int row_begin, int row_end) override;
+    // After the last leaf: the step's summed gradient of this rank's shard, flat positions
+    // [plan.begin(rank), plan.end(rank)).
+    float* reduce();
+    // L2 norm of the whole step's gradient (every shard), the same bits for any rank count.
+    double global_norm();
+    void scale(float factor);
+
+private:
+    struct Piece {
+        size_t begin, end;  // flat positions
+        int visits;         // acquire/release pairs per leaf (the tied embedding gets two)
+    };
+    struct LeafPlan {
+        int slot;                               // stack slot the leaf's gradient starts in
+        std::vector<std::pair<int, int>> merges;  // (lower, upper) slots, after the leaf
+    };
+    int piece_index(const ParamTensor& tensor, int row_begin) const;
+    void send_final_piece(const Piece& piece, int tag);
+
+    const ShardPlan& plan_;
+    Communicator& comm_;
+    int rank_, leaves_per_rank_;
+    size_t shard_begin_, shard_end_;
+    std::vector<Piece> pieces_;
+    std::vector<int> first_piece_;  // (tensors) index of each tensor's first piece
+    std::vector<int> piece_rows_;   // (tensors) rows per piece
+    std::vector<LeafPlan> leaves_;
+    std::vector<LeafBlock> final_blocks_;  // this rank's blocks after its last leaf
+    std::vector<Array<float>> slots_;     // (slots) x (layout.total), category gradients
+    // Other ranks' blocks of this rank's shard: one (shard size) region per (rank, block).
+    Array<float> received_;
+    std::vector<std::pair<int, LeafBlock>> received_blocks_;  // (rank, block) per region, in order
+    int leaf_ = 0;
+    std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
+    float* shard_gradient_ = nullptr;
+};
+
+}  // namespace dqt
