@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -256,6 +257,16 @@ std::string read_file(const std::string& path) {
     return content.str();
 }
 
+// The evaluation lines of a metrics log (the others carry timings).
+std::string eval_lines(const std::string& metrics_path) {
+    std::istringstream log(read_file(metrics_path));
+    std::string line, evals;
+    while (std::getline(log, line)) {
+        if (line.find("\"type\":\"eval\"") != std::string::npos) evals += line + "\n";
+    }
+    return evals;
+}
+
 TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
     TempDir root("dp-identical");
     for (const std::string method : {"--method fp", "--method bitnet", "--method dqt",
@@ -269,6 +280,10 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
         const std::string a = read_file(root / "one/run/checkpoint.dqt"), b = read_file(root / "two/run/checkpoint.dqt");
         ASSERT_GT(a.size(), 10000u);
         EXPECT_TRUE(a == b) << method;
+        // Validation (split over the ranks) and its sum: the same bits too.
+        const std::string evals = eval_lines(root / "one/run/metrics.jsonl");
+        EXPECT_EQ(std::count(evals.begin(), evals.end(), '\n'), 2) << evals;
+        EXPECT_EQ(evals, eval_lines(root / "two/run/metrics.jsonl")) << method;
         // The two-rank run did communicate, and says how much.
         const std::string metrics = read_file(root / "two/run/metrics.jsonl");
         EXPECT_NE(metrics.find("\"ranks\":2"), std::string::npos);

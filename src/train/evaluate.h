@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "data/shard.h"
+#include "dist/comm.h"
 #include "model/llama.h"
 
 namespace dqt {
@@ -14,6 +15,9 @@ struct EvalResult {
 };
 
 // Scores up to max_tokens tokens in whole batches of acts.batch windows of acts.seq tokens.
-EvalResult evaluate(const ModelParameters& model, Activations& acts, const Shard& shard, int64_t max_tokens);
+// Collective over comm: rank r scores batches r, r + N, ...; the batch losses are summed in
+// batch order, so the result has the same bits on any number of ranks.
+EvalResult evaluate(const ModelParameters& model, Activations& acts, const Shard& shard, int64_t max_tokens,
+                    Communicator& comm = self_group());
 
 }  // namespace dqt

@@ -136,7 +136,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     }
 
     auto run_eval = [&](int step) {
-        const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens);
+        const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens, comm);
         if (metrics) metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
                         {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
         char line[160];
