@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Data-parallel training on this machine: tokens/s and bytes sent per step, 1 vs 2 ranks.
 
 For each method, the same global batch (--batch 8 --grad-accum 2: 16 sequences of 256 tokens
@@ -11,7 +11,7 @@ each rank sends per step come from the run's metrics (counted by dqt's communica
 3 and 4 ranks (oversubscribed: bytes only, no timing) and for a larger model, to put measured
 points on the cost model of docs/data-parallel.md.
 
-    python3 scripts/bench_data_parallel.py [--steps 30] [--out docs/data-parallel]
+    /usr/bin/python3 scripts/bench_data_parallel.py [--steps 30] [--out docs/data-parallel]
 
 Writes OUT/bench.json and OUT/bytes_per_step.png, and prints Markdown tables. Needs
 build/dqt, data/sotu-byte (scripts/setup.sh) and an otherwise idle machine.
@@ -60,12 +60,13 @@ def plot(results, path):
     block, kept = MODELS["reference"]
     total = block + kept
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(ranks, [2 * (n - 1) / n * 4 for n in ranks], "k--", label="ring all-reduce of fp32 gradients (DDP)")
+    ax.plot(ranks, [2 * (n - 1) / n * 4 for n in ranks], "k--", zorder=3,
+            label="ring all-reduce of fp32 gradients (DDP): the same bytes as fp32 RS + AG")
     colors = {"fp": "tab:blue", "bitnet": "tab:orange", "dqt ternary": "tab:green", "dqt 8-bit": "tab:red"}
     for method in ["fp", "dqt 8-bit", "dqt ternary"]:
         label = "RS + AG, model: " + ("fp32 weights (fp, bitnet)" if method == "fp" else method + " codes")
         ax.plot(ranks, [predicted_bytes(method, "reference", n) / total for n in ranks], color=colors[method],
-                label=label)
+                linewidth=3 if method == "fp" else 1.5, alpha=0.6 if method == "fp" else 1.0, label=label)
     for row in results["bytes"]:
         block, kept = MODELS[row["model"]]
         ax.plot(row["ranks"], (row["gradient_bytes"] + row["weight_bytes"]) / (block + kept),
@@ -79,16 +80,16 @@ def plot(results, path):
     ax.set_ylabel("bytes sent per rank per step / parameters")
     ax.set_title("Data-parallel traffic: reduce-scatter + all-gather (RS + AG)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7.5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def run(dqt, ranks, threads, method_flags, steps, extra=()):
+def run(dqt, ranks, threads, method_flags, steps, extra=(), grad_accum=2):
     """One training run; returns its train metrics records."""
     with tempfile.TemporaryDirectory() as folder:
         command = [dqt, "train", "--data", "data/sotu-byte", "--out", folder + "/run", "--batch", "8",
-                   "--grad-accum", "2", "--steps", str(steps), "--warmup", "5", "--log-every", "1",
+                   "--grad-accum", str(grad_accum), "--steps", str(steps), "--warmup", "5", "--log-every", "1",
                    "--eval-every", "0", "--eval-tokens", "8192", "--checkpoint-every", "0",
                    "--threads", str(threads), "--no-sample", "--quiet", *method_flags, *extra]
         if ranks > 1:
@@ -109,8 +110,13 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", default="docs/data-parallel")
     parser.add_argument("--dqt", default="build/dqt")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the plot from OUT/bench.json")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.plot_only:
+        with open(os.path.join(args.out, "bench.json")) as saved:
+            plot(json.load(saved), os.path.join(args.out, "bytes_per_step.png"))
+        return
     skip = 5  # warm-up steps left out of the median
 
     results = {"steps": args.steps, "speed": [], "bytes": []}
@@ -127,7 +133,7 @@ def main():
         results["speed"].append(row)
         for model, extra in [("reference", []), ("larger", LARGER)]:
             for ranks in [2, 3, 4] if model == "reference" else [2, 4]:
-                records = run(args.dqt, ranks, 1, flags, 1, extra)
+                records = run(args.dqt, ranks, 1, flags, 1, extra, grad_accum=ranks)
                 results["bytes"].append({"method": name, "model": model, "ranks": ranks,
                                          "gradient_bytes": records[-1]["gradient_bytes_sent"],
                                          "weight_bytes": records[-1]["weight_bytes_sent"]})

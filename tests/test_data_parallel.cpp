@@ -331,18 +331,55 @@ pid_t find_rank_process(pid_t mpirun_pid, int rank) {
     return 0;
 }
 
+// Starts `command` in `folder` with output to `log`; returns the shell's pid (exec'd into mpirun).
+pid_t start_in_background(const std::string& folder, const std::string& command, const std::string& log) {
+    const pid_t child = fork();
+    if (child == 0) {
+        const std::string shell = "cd " + folder + " && exec " + command + " > " + log + " 2>&1";
+        execl("/bin/sh", "sh", "-c", shell.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    return child;
+}
+
+// SIGINT sent to the ranks (not to mpirun, which kills them at once): they agree on a step,
+// save a checkpoint and exit cleanly. (The heap corruption once seen with a SIGINT handler
+// under Open MPI was intermittent, about 1 run in 8: this test checks the stop, and cannot
+// promise its absence.)
+TEST(DataParallelRun, InterruptedRanksStopTogetherWithACheckpoint) {
+    TempDir root("dp-interrupt");
+    const std::string log = root / "log";
+    const pid_t child = start_in_background(
+        root.path.string(), mpirun(2) + tiny_run_args("--steps 1000000 --checkpoint-every 0 --eval-every 0 --log-every 1"),
+        log);
+    ASSERT_GT(child, 0);
+    pid_t ranks[2] = {0, 0};
+    for (int tries = 0; tries < 600; ++tries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (int r = 0; r < 2; ++r) {
+            if (ranks[r] == 0) ranks[r] = find_rank_process(child, r);
+        }
+        if (ranks[0] && ranks[1] && read_file(root / "run/metrics.jsonl").find("\"step\":20,") != std::string::npos) {
+            break;
+        }
+    }
+    ASSERT_TRUE(ranks[0] && ranks[1]) << read_file(log);
+    for (pid_t rank : ranks) ASSERT_EQ(kill(rank, SIGINT), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(log);
+    const CommandResult eval =
+        run_command(std::string(DQT_BINARY) + " eval " + (root / "run/checkpoint.dqt") + " --eval-tokens 1024");
+    EXPECT_EQ(eval.exit_code, 0) << eval.output;
+}
+
 TEST(DataParallelRun, AKilledRankStopsTheJobAndLeavesTheLastCheckpointIntact) {
     TempDir root("dp-kill");
     const std::string log = root / "log";
     // A run far too long to finish, checkpointing every 5 steps.
     const std::string command = mpirun(2) + tiny_run_args("--steps 1000000 --checkpoint-every 5 --eval-every 0");
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        const std::string shell = "cd " + root.path.string() + " && exec " + command + " > " + log + " 2>&1";
-        execl("/bin/sh", "sh", "-c", shell.c_str(), static_cast<char*>(nullptr));
-        _exit(127);
-    }
+    const pid_t child = start_in_background(root.path.string(), command, log);
+    ASSERT_GT(child, 0);
     const std::string checkpoint = root / "run/checkpoint.dqt";
     pid_t rank1 = 0;
     for (int tries = 0; tries < 600 && (rank1 == 0 || !std::filesystem::exists(checkpoint)); ++tries) {

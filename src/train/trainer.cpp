@@ -43,6 +43,21 @@ public:
     }
     ~InterruptGuard() { std::signal(SIGINT, previous_); }
 
+    // A Ctrl-C since the last call: caught by the handler, or pending while SIGINT is blocked
+    // (under mpirun, dist/comm.cpp), then taken from the pending set.
+    static bool requested() {
+        if (g_stop_requested.load()) return true;
+        sigset_t pending;
+        if (sigpending(&pending) != 0 || sigismember(&pending, SIGINT) != 1) return false;
+        sigset_t interrupt;
+        sigemptyset(&interrupt);
+        sigaddset(&interrupt, SIGINT);
+        const timespec no_wait{0, 0};
+        sigtimedwait(&interrupt, nullptr, &no_wait);
+        g_stop_requested.store(true);
+        return true;
+    }
+
 private:
     void (*previous_)(int) = SIG_DFL;
 };
@@ -202,7 +217,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         if (options.eval_every > 0 && step % options.eval_every == 0 && step < options.steps) run_eval(step);
         // Every rank stops at the same step (a Ctrl-C may reach them at different moments).
         const bool stop_now = (control.stop_after_step > 0 && step >= control.stop_after_step) ||
-                              comm.any(g_stop_requested.load());
+                              comm.any(InterruptGuard::requested());
         if ((options.checkpoint_every > 0 && step % options.checkpoint_every == 0) || stop_now) save(step);
         if (stop_now && step < options.steps) {
             interrupted = true;
