@@ -58,11 +58,10 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
 
     for (int other = 0; other < plan.ranks; ++other) {
         if (other == rank_) continue;
-        for (const LeafBlock& block : aligned_blocks(other * leaves_per_rank, (other + 1) * leaves_per_rank)) {
-            received_blocks_.emplace_back(other, block);
-        }
+        const size_t blocks = aligned_blocks(other * leaves_per_rank, (other + 1) * leaves_per_rank).size();
+        received_from_.insert(received_from_.end(), blocks, other);
     }
-    received_ = Array<float>(MemCategory::gradients, received_blocks_.size() * (shard_end_ - shard_begin_));
+    received_ = Array<float>(MemCategory::gradients, received_from_.size() * (shard_end_ - shard_begin_));
 }
 
 int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) const {
@@ -72,8 +71,8 @@ int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) cons
 
 void GradientExchange::begin_step() {
     const size_t shard = shard_end_ - shard_begin_;
-    for (size_t region = 0; region < received_blocks_.size(); ++region) {
-        const int from = received_blocks_[region].first;
+    for (size_t region = 0; region < received_from_.size(); ++region) {
+        const int from = received_from_[region];
         for (size_t p = 0; p < pieces_.size(); ++p) {
             const size_t first = std::max(pieces_[p].begin, shard_begin_), last = std::min(pieces_[p].end, shard_end_);
             if (first >= last) continue;
@@ -138,7 +137,7 @@ float* GradientExchange::reduce() {
         if (from == rank_) {
             for (size_t block = 0; block < final_blocks_.size(); ++block) parts.push_back(slots_[block].data() + shard_begin_);
         } else {
-            for (; region < received_blocks_.size() && received_blocks_[region].first == from; ++region) {
+            for (; region < received_from_.size() && received_from_[region] == from; ++region) {
                 parts.push_back(received_.data() + region * shard);
             }
         }

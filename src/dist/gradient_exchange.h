@@ -61,9 +61,10 @@ private:
     std::vector<LeafPlan> leaves_;
     std::vector<LeafBlock> final_blocks_;  // this rank's blocks after its last leaf
     std::vector<Array<float>> slots_;     // (slots) x (layout.total), category gradients
-    // Other ranks' blocks of this rank's shard: one (shard size) region per (rank, block).
+    // Other ranks' blocks of this rank's shard: one (shard size) region per (rank, block), in
+    // rank and block order; received_from_ names each region's rank.
     Array<float> received_;
-    std::vector<std::pair<int, LeafBlock>> received_blocks_;  // (rank, block) per region, in order
+    std::vector<int> received_from_;
     int leaf_ = 0;
     std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;

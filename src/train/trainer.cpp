@@ -138,7 +138,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
             std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
             " steps -> " + options.out_dir);
-        say(adam.describe(model.layout) + (ranks > 1 ? " on each rank (sharded over " + std::to_string(ranks) + ")" : "") +
+        say(adam.describe(model.layout) + (ranks > 1 ? " (rank 0's shard; each of the " + std::to_string(ranks) + " ranks holds one)" : "") +
             (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
         if (ranks > 1) {
             say("data parallel over " + std::to_string(ranks) + " ranks: each runs " +
