@@ -1,6 +1,7 @@
 #include "dist/gradient_exchange.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -120,7 +121,9 @@ void GradientExchange::send_final_piece(const Piece& piece, int tag) {
 }
 
 float* GradientExchange::reduce() {
+    const auto wait_start = std::chrono::steady_clock::now();
     comm_.wait_all();
+    wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     for (size_t p = 0; p < pieces_.size(); ++p) {
         // A backward pass that skipped or repeated a piece would silently corrupt the sum.
         if (acquired_[p] != pieces_[p].visits || released_[p] != pieces_[p].visits) {

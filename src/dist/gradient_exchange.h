@@ -38,6 +38,8 @@ public:
     // L2 norm of the whole step's gradient (every shard), the same bits for any rank count.
     double global_norm();
     void scale(float factor);
+    // Seconds the last reduce() waited for transfers: what the backward pass did not hide.
+    double last_wait_seconds() const { return wait_seconds_; }
 
 private:
     struct Piece {
@@ -68,6 +70,7 @@ private:
     int leaf_ = 0;
     std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;
+    double wait_seconds_ = 0.0;
 };
 
 }  // namespace dqt

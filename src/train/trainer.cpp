@@ -205,7 +205,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
                              {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
                              {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second},
                              {"ranks", ranks}, {"gradient_bytes_sent", result.gradient_bytes},
-                             {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes}});
+                             {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes},
+                             {"exchange_wait_seconds", result.exchange_wait_seconds}});
         }
         if (out) {
             progress.update({step, options.steps, loss, tokens_per_second, lr,

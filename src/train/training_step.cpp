@@ -76,6 +76,7 @@ TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float gr
         result.loss_sum += loss;
     }
     float* gradient = exchange_->reduce();
+    result.exchange_wait_seconds = exchange_->last_wait_seconds();
     result.grad_norm = exchange_->global_norm();
     const float factor = clip_factor(result.grad_norm, grad_clip_);
     if (factor != 1.0f) exchange_->scale(factor);

@@ -35,6 +35,7 @@ public:
         int64_t gradient_bytes = 0;   // sent by this rank in the reduce-scatter
         int64_t weight_bytes = 0;     // sent by this rank in the all-gather of new weights
         int64_t other_bytes = 0;      // losses and norm partial sums
+        double exchange_wait_seconds = 0.0;  // waiting for gradients after the backward pass
     };
     // fill(micro) puts micro-batch `micro` (0 .. M-1, global) into acts. grad_scale is
     // 1 / tokens of the whole step; t is the 1-based step.
