@@ -277,7 +277,8 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
         const CommandResult two = run_in(root / "two", mpirun(2) + tiny_run_args(method));
         ASSERT_EQ(two.exit_code, 0) << two.output;
         // Weights, optimizer state, step and options: the whole checkpoint, byte for byte.
-        const std::string a = read_file(root / "one/run/checkpoint.dqt"), b = read_file(root / "two/run/checkpoint.dqt");
+        const std::string a = read_file(root / "one/run/checkpoint.dqt");
+        const std::string b = read_file(root / "two/run/checkpoint.dqt");
         ASSERT_GT(a.size(), 10000u);
         EXPECT_TRUE(a == b) << method;
         // Validation (split over the ranks) and its sum: the same bits too.
@@ -349,9 +350,9 @@ pid_t start_in_background(const std::string& folder, const std::string& command,
 TEST(DataParallelRun, InterruptedRanksStopTogetherWithACheckpoint) {
     TempDir root("dp-interrupt");
     const std::string log = root / "log";
-    const pid_t child = start_in_background(
-        root.path.string(), mpirun(2) + tiny_run_args("--steps 1000000 --checkpoint-every 0 --eval-every 0 --log-every 1"),
-        log);
+    const std::string command =
+        mpirun(2) + tiny_run_args("--steps 1000000 --checkpoint-every 0 --eval-every 0 --log-every 1");
+    const pid_t child = start_in_background(root.path.string(), command, log);
     ASSERT_GT(child, 0);
     pid_t ranks[2] = {0, 0};
     for (int tries = 0; tries < 600; ++tries) {

@@ -22,7 +22,9 @@ namespace {
 bool g_mpi_initialized = false;
 
 // Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI-based launchers set PMI_SIZE.
-bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
+bool launched_by_mpirun() {
+    return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
 
 void check(int code, const char* what) {
     if (code == MPI_SUCCESS) return;

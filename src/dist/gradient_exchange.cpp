@@ -138,7 +138,9 @@ float* GradientExchange::reduce() {
     size_t region = 0;
     for (int from = 0; from < plan_.ranks; ++from) {
         if (from == rank_) {
-            for (size_t block = 0; block < final_blocks_.size(); ++block) parts.push_back(slots_[block].data() + shard_begin_);
+            for (size_t block = 0; block < final_blocks_.size(); ++block) {
+                parts.push_back(slots_[block].data() + shard_begin_);
+            }
         } else {
             for (; region < received_from_.size() && received_from_[region] == from; ++region) {
                 parts.push_back(received_.data() + region * shard);

@@ -13,10 +13,10 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "data/batch.h"
+#include "data/dataset.h"
 #include "dist/comm.h"
 #include "dist/shard_plan.h"
 #include "dist/sharded_state.h"
-#include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
 #include "optim/schedule.h"
@@ -138,7 +138,9 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
             std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
             " steps -> " + options.out_dir);
-        say(adam.describe(model.layout) + (ranks > 1 ? " (rank 0's shard; each of the " + std::to_string(ranks) + " ranks holds one)" : "") +
+        const std::string sharding =
+            ranks > 1 ? " (rank 0's shard; each of the " + std::to_string(ranks) + " ranks holds one)" : "";
+        say(adam.describe(model.layout) + sharding +
             (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
         if (ranks > 1) {
             say("data parallel over " + std::to_string(ranks) + " ranks: each runs " +
@@ -152,8 +154,10 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
 
     auto run_eval = [&](int step) {
         const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens, comm);
-        if (metrics) metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
-                        {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
+        if (metrics) {
+            metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
+                             {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
+        }
         char line[160];
         std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
                       result.bits_per_byte);

@@ -39,7 +39,8 @@ TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const 
 TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, float lr, int64_t t,
                                        const std::function<void(int micro)>& fill) {
     comm_.reset_counters();
-    Result result = fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_data_parallel(acts, grad_scale, lr, t, fill);
+    Result result =
+        fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_data_parallel(acts, grad_scale, lr, t, fill);
     result.gradient_bytes = comm_.bytes_sent(Traffic::gradients);
     result.weight_bytes = comm_.bytes_sent(Traffic::weights);
     result.other_bytes = comm_.bytes_sent(Traffic::other);
