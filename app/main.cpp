@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
     dqt::cli::add_generate_command(app);
     dqt::cli::add_export_command(app);
     dqt::cli::add_bench_command(app);
+    // Only training splits its work over ranks; any other command would run N times over.
+    if (dqt::world().size() > 1 && (argc < 2 || std::string(argv[1]) != "train")) {
+        return fail("only `dqt train` runs on several MPI ranks: start this command without mpirun", 2);
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -315,6 +315,12 @@ TEST(DataParallelRun, RankCountMustDivideTheMicroBatches) {
     EXPECT_FALSE(std::filesystem::exists(root / "run/checkpoint.dqt"));
 }
 
+TEST(DataParallelRun, OtherCommandsRefuseSeveralRanks) {
+    const CommandResult result = run_command(mpirun(2) + " eval nothing.dqt");
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_NE(result.output.find("only `dqt train` runs on several MPI ranks"), std::string::npos) << result.output;
+}
+
 // The rank-1 process among mpirun's children (Open MPI puts the rank in their environment).
 pid_t find_rank_process(pid_t mpirun_pid, int rank) {
     const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);

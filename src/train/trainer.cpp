@@ -139,7 +139,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
             std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
             " steps -> " + options.out_dir);
         const std::string sharding =
-            ranks > 1 ? " (rank 0's shard; each of the " + std::to_string(ranks) + " ranks holds one)" : "";
+            ranks > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks) + " ranks" : "";
         say(adam.describe(model.layout) + sharding +
             (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
         if (ranks > 1) {
