@@ -6,7 +6,8 @@ per step) on the reference model (dim 256, 4 layers, FFN 688, byte vocabulary) r
   - on 1 rank with 1 compute thread,
   - on 2 ranks (mpirun -np 2) with 1 compute thread each,
   - on 1 rank with 2 threads (for context: the same 2 cores used by threads instead),
-and tokens/s is the global tokens per step over the median step time after warm-up. The bytes
+and tokens/s is the global tokens per step over the median step time after warm-up; each
+setting runs --rounds times, interleaved, and the median run is reported. The bytes
 each rank sends per step come from the run's metrics (counted by dqt's communicator), also for
 3 and 4 ranks (oversubscribed: bytes only, no timing) and for a larger model, to put measured
 points on the cost model of docs/data-parallel.md.
@@ -108,6 +109,7 @@ def tokens_per_second(records, skip):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs per setting (the median is reported)")
     parser.add_argument("--out", default="docs/data-parallel")
     parser.add_argument("--dqt", default="build/dqt")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from OUT/bench.json")
@@ -119,18 +121,27 @@ def main():
         return
     skip = 5  # warm-up steps left out of the median
 
-    results = {"steps": args.steps, "speed": [], "bytes": []}
-    for name, flags in METHODS:
-        row = {"method": name}
-        for label, ranks, threads in [("1 rank x 1 thread", 1, 1), ("2 ranks x 1 thread", 2, 1),
-                                      ("1 rank x 2 threads", 1, 2)]:
-            records = run(args.dqt, ranks, threads, flags, args.steps)
-            row[label] = tokens_per_second(records, skip)
-            if ranks == 2:
-                row["gradient_bytes"] = records[-1]["gradient_bytes_sent"]
-                row["weight_bytes"] = records[-1]["weight_bytes_sent"]
-            print(f"{name}: {label}: {row[label]:.0f} tokens/s", file=sys.stderr)
+    results = {"steps": args.steps, "rounds": args.rounds, "speed": [], "bytes": []}
+    settings = [("1 rank x 1 thread", 1, 1), ("2 ranks x 1 thread", 2, 1), ("1 rank x 2 threads", 1, 2)]
+    rows = {name: {"method": name} for name, _ in METHODS}
+    # Rounds interleave every method and setting, so a slow spell of the machine hits all alike.
+    for round_index in range(args.rounds):
+        for name, flags in METHODS:
+            row = rows[name]
+            for label, ranks, threads in settings:
+                records = run(args.dqt, ranks, threads, flags, args.steps)
+                row.setdefault(label + " rounds", []).append(tokens_per_second(records, skip))
+                if ranks == 2:
+                    row["gradient_bytes"] = records[-1]["gradient_bytes_sent"]
+                    row["weight_bytes"] = records[-1]["weight_bytes_sent"]
+                print(f"round {round_index + 1}: {name}: {label}: {row[label + ' rounds'][-1]:.0f} tokens/s",
+                      file=sys.stderr)
+    for name, _ in METHODS:
+        row = rows[name]
+        for label, _, _ in settings:
+            row[label] = statistics.median(row[label + " rounds"])
         results["speed"].append(row)
+    for name, flags in METHODS:
         for model, extra in [("reference", []), ("larger", LARGER)]:
             for ranks in [2, 3, 4] if model == "reference" else [2, 4]:
                 records = run(args.dqt, ranks, 1, flags, 1, extra, grad_accum=ranks)

@@ -216,7 +216,6 @@ TEST(GradientExchange, OneRankSumsSeparateLeafGradientsPairwise) {
 
         const ShardPlan plan = make_shard_plan(model.layout, method.grid, 1);
         GradientExchange exchange(model, plan, self_group(), leaves);
-        exchange.begin_step();
         for (int leaf = 0; leaf < leaves; ++leaf) {
             exchange.begin_leaf(leaf);
             fill(leaf);

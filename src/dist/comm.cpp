@@ -13,8 +13,34 @@
 
 namespace dqt {
 
+// The argument arrays of one posted all-to-all: MPI reads them until the transfer completes.
+struct AllToAllArguments {
+    std::vector<int> send_counts, send_displacements, recv_counts, recv_displacements;
+    std::vector<MPI_Datatype> send_types, recv_types;  // MPI_FLOAT, or strided types this owns
+    explicit AllToAllArguments(size_t ranks)
+        : send_counts(ranks, 0),
+          send_displacements(ranks, 0),
+          recv_counts(ranks, 0),
+          recv_displacements(ranks, 0),
+          send_types(ranks, MPI_FLOAT),
+          recv_types(ranks, MPI_FLOAT) {}
+    void free_types() {
+        for (std::vector<MPI_Datatype>* types : {&send_types, &recv_types}) {
+            for (MPI_Datatype& type : *types) {
+                if (type != MPI_FLOAT) MPI_Type_free(&type);
+            }
+        }
+    }
+};
+
 struct Communicator::Pending {
     std::vector<MPI_Request> requests;
+    std::vector<AllToAllArguments> arguments;  // of the posted all-to-alls, until they complete
+    void completed() {
+        requests.clear();
+        for (AllToAllArguments& posted : arguments) posted.free_types();
+        arguments.clear();
+    }
 };
 
 namespace {
@@ -74,10 +100,6 @@ void Communicator::init_from_environment(int* argc, char*** argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &w.rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &w.size_);
-    void* tag_ub = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
-    if (found) w.max_tag_ = *static_cast<int*>(tag_ub);
 }
 
 void Communicator::finalize() {
@@ -101,17 +123,37 @@ bool Communicator::any(bool mine) {
     return result != 0;
 }
 
-void Communicator::isend(const void* data, size_t bytes, int to, int tag, Traffic traffic) {
+void Communicator::all_to_all_runs(const float* send_base, const std::vector<FloatRuns>& send, float* recv_base,
+                                   const std::vector<FloatRuns>& recv, Traffic traffic) {
+    if (size_ == 1) return;
+    const size_t ranks = static_cast<size_t>(size_);
+    AllToAllArguments a(ranks);
+    // One strided datatype per peer and direction.
+    auto describe = [](const FloatRuns& runs, int& count, int& displacement, MPI_Datatype& type) {
+        if (runs.count == 0 || runs.blocks == 0) return;
+        check(MPI_Type_create_hvector(as_count(runs.blocks, "MPI_Type_create_hvector"),
+                                      as_count(runs.count, "MPI_Type_create_hvector"),
+                                      static_cast<MPI_Aint>(runs.stride * sizeof(float)), MPI_FLOAT, &type),
+              "MPI_Type_create_hvector");
+        check(MPI_Type_commit(&type), "MPI_Type_commit");
+        count = 1;
+        displacement = as_count(runs.offset * sizeof(float), "MPI_Ialltoallw");
+    };
+    int64_t sent = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+        if (r == static_cast<size_t>(rank_)) continue;
+        describe(send[r], a.send_counts[r], a.send_displacements[r], a.send_types[r]);
+        describe(recv[r], a.recv_counts[r], a.recv_displacements[r], a.recv_types[r]);
+        if (a.send_counts[r] > 0) sent += static_cast<int64_t>(send[r].count * send[r].blocks * sizeof(float));
+    }
     MPI_Request request;
-    check(MPI_Isend(data, as_count(bytes, "MPI_Isend"), MPI_BYTE, to, tag, MPI_COMM_WORLD, &request), "MPI_Isend");
+    const int code = MPI_Ialltoallw(send_base, a.send_counts.data(), a.send_displacements.data(), a.send_types.data(),
+                                    recv_base, a.recv_counts.data(), a.recv_displacements.data(),
+                                    a.recv_types.data(), MPI_COMM_WORLD, &request);
+    pending_->arguments.push_back(std::move(a));
+    check(code, "MPI_Ialltoallw");
     pending_->requests.push_back(request);
-    bytes_sent_[static_cast<int>(traffic)] += static_cast<int64_t>(bytes);
-}
-
-void Communicator::irecv(void* data, size_t bytes, int from, int tag) {
-    MPI_Request request;
-    check(MPI_Irecv(data, as_count(bytes, "MPI_Irecv"), MPI_BYTE, from, tag, MPI_COMM_WORLD, &request), "MPI_Irecv");
-    pending_->requests.push_back(request);
+    bytes_sent_[static_cast<int>(traffic)] += sent;
 }
 
 void Communicator::progress() {
@@ -120,14 +162,14 @@ void Communicator::progress() {
     check(MPI_Testall(static_cast<int>(pending_->requests.size()), pending_->requests.data(), &done,
                       MPI_STATUSES_IGNORE),
           "MPI_Testall");
-    if (done) pending_->requests.clear();
+    if (done) pending_->completed();
 }
 
 void Communicator::wait_all() {
     if (pending_->requests.empty()) return;
     check(MPI_Waitall(static_cast<int>(pending_->requests.size()), pending_->requests.data(), MPI_STATUSES_IGNORE),
           "MPI_Waitall");
-    pending_->requests.clear();
+    pending_->completed();
 }
 
 void Communicator::allgather_in_place(void* base, const std::vector<size_t>& begin, const std::vector<size_t>& end,

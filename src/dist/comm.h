@@ -3,10 +3,10 @@
 // by mpirun, a group of one otherwise (no MPI call is made then). Only this file's .cpp
 // includes <mpi.h>; the rest of dqt sees ranks, byte ranges and counts.
 //
-// Point-to-point transfers are nonblocking and collected in one pending list: post them,
-// call progress() now and then (Open MPI moves large messages only inside MPI calls), and
-// wait_all() before reading what was received. Every byte this process sends is counted by
-// purpose, so a run can report its traffic.
+// Gradient transfers are nonblocking collectives collected in one pending list: post them,
+// call progress() now and then (Open MPI moves data only inside MPI calls), and wait_all()
+// before reading what was received. Every byte this process sends is counted by purpose, so a
+// run can report its traffic.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,12 +34,17 @@ public:
     void barrier();
     // True on every rank when `mine` is true on any (a stop request seen by one rank).
     bool any(bool mine);
-    // Nonblocking point-to-point, counted as `traffic`; tag < max_tag().
-    void isend(const void* data, size_t bytes, int to, int tag, Traffic traffic);
-    void irecv(void* data, size_t bytes, int from, int tag);
+    // `blocks` runs of `count` floats, `stride` floats apart, the first `offset` floats into a buffer.
+    struct FloatRuns {
+        size_t offset = 0, count = 0, blocks = 0, stride = 0;
+    };
+    // Nonblocking all-to-all (MPI_Ialltoallw): sends send[r] (runs in send_base) to rank r and
+    // receives recv[r] (runs in recv_base) from it; this rank's own entries are ignored. Every
+    // rank calls it, in the same order. Counted as `traffic`; completes in wait_all().
+    void all_to_all_runs(const float* send_base, const std::vector<FloatRuns>& send, float* recv_base,
+                         const std::vector<FloatRuns>& recv, Traffic traffic);
     void progress();
     void wait_all();
-    int max_tag() const { return max_tag_; }
 
     // Rank r contributes bytes [begin[r], end[r]) of `base`, already in place on rank r; on
     // return every rank holds all of them. Counted as (N-1) times this rank's part: what a
@@ -59,7 +64,6 @@ private:
     Communicator();
     int rank_ = 0;
     int size_ = 1;
-    int max_tag_ = 32767;
     struct Pending;                    // the MPI_Request list, defined where <mpi.h> is
     std::shared_ptr<Pending> pending_;
     int64_t bytes_sent_[static_cast<int>(Traffic::count)] = {};

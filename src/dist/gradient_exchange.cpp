@@ -38,8 +38,6 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
                                tensor.offset + std::min(tensor.rows, row + rows) * cols, visits});
         }
     }
-    require(static_cast<int>(pieces_.size()) <= comm.max_tag(),
-            "the model has more gradient pieces than MPI message tags (" + std::to_string(comm.max_tag()) + ")");
     acquired_.assign(pieces_.size(), 0);
     released_.assign(pieces_.size(), 0);
 
@@ -55,12 +53,14 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
         leaves_.push_back(leaf_plan);
     }
     final_blocks_ = sum.blocks();
-    for (size_t slot = 0; slot < slots; ++slot) slots_.emplace_back(MemCategory::gradients, layout.total);
+    total_ = layout.total;
+    slots_ = Array<float>(MemCategory::gradients, slots * total_);
 
-    for (int other = 0; other < plan.ranks; ++other) {
-        if (other == rank_) continue;
-        const size_t blocks = aligned_blocks(other * leaves_per_rank, (other + 1) * leaves_per_rank).size();
-        received_from_.insert(received_from_.end(), blocks, other);
+    for (int from = 0; from < plan.ranks; ++from) {
+        first_region_.push_back(received_from_.size());
+        if (from == rank_) continue;
+        const size_t blocks = aligned_blocks(from * leaves_per_rank, (from + 1) * leaves_per_rank).size();
+        received_from_.insert(received_from_.end(), blocks, from);
     }
     received_ = Array<float>(MemCategory::gradients, received_from_.size() * (shard_end_ - shard_begin_));
 }
@@ -68,19 +68,6 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
 int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) const {
     const size_t id = static_cast<size_t>(tensor.tensor_id);
     return first_piece_[id] + row_begin / piece_rows_[id];
-}
-
-void GradientExchange::begin_step() {
-    const size_t shard = shard_end_ - shard_begin_;
-    for (size_t region = 0; region < received_from_.size(); ++region) {
-        const int from = received_from_[region];
-        for (size_t p = 0; p < pieces_.size(); ++p) {
-            const size_t first = std::max(pieces_[p].begin, shard_begin_), last = std::min(pieces_[p].end, shard_end_);
-            if (first >= last) continue;
-            comm_.irecv(received_.data() + region * shard + (first - shard_begin_), (last - first) * sizeof(float),
-                        from, static_cast<int>(p));
-        }
-    }
 }
 
 void GradientExchange::begin_leaf(int leaf) {
@@ -91,7 +78,7 @@ void GradientExchange::begin_leaf(int leaf) {
 
 float* GradientExchange::acquire(const ParamTensor& tensor, int row_begin, int row_end) {
     const int p = piece_index(tensor, row_begin);
-    float* slot = slots_[static_cast<size_t>(leaves_[leaf_].slot)].data();
+    float* slot = slot_data(leaves_[leaf_].slot);
     const Piece& piece = pieces_[p];
     // Every leaf's gradient starts from zero (the first visit of the leaf clears the piece).
     if (acquired_[p]++ == 0) std::memset(slot + piece.begin, 0, (piece.end - piece.begin) * sizeof(float));
@@ -103,21 +90,30 @@ void GradientExchange::release(const ParamTensor& tensor, int row_begin, int row
     const Piece& piece = pieces_[p];
     if (++released_[p] < piece.visits) return;
     for (const auto& [lower, upper] : leaves_[leaf_].merges) {
-        add_into(slots_[lower].data() + piece.begin, slots_[upper].data() + piece.begin, piece.end - piece.begin);
+        add_into(slot_data(lower) + piece.begin, slot_data(upper) + piece.begin, piece.end - piece.begin);
     }
-    if (leaf_ == leaves_per_rank_ - 1) send_final_piece(piece, p);
+    if (leaf_ == leaves_per_rank_ - 1) exchange_final_piece(piece);
     comm_.progress();
 }
 
-void GradientExchange::send_final_piece(const Piece& piece, int tag) {
-    for (int to = 0; to < plan_.ranks; ++to) {
-        if (to == rank_) continue;
-        const size_t first = std::max(piece.begin, plan_.begin(to)), last = std::min(piece.end, plan_.end(to));
-        if (first >= last) continue;
-        for (size_t block = 0; block < final_blocks_.size(); ++block) {
-            comm_.isend(slots_[block].data() + first, (last - first) * sizeof(float), to, tag, Traffic::gradients);
+void GradientExchange::exchange_final_piece(const Piece& piece) {
+    if (plan_.ranks == 1) return;
+    // To each rank, its part of the piece from every block this rank holds (one slot apart);
+    // from each rank, its blocks of this rank's part (one shard-sized region apart).
+    const size_t shard = shard_end_ - shard_begin_;
+    const size_t my_first = std::max(piece.begin, shard_begin_), my_last = std::min(piece.end, shard_end_);
+    std::vector<Communicator::FloatRuns> send(static_cast<size_t>(plan_.ranks)), recv(send.size());
+    for (int other = 0; other < plan_.ranks; ++other) {
+        if (other == rank_) continue;
+        const size_t first = std::max(piece.begin, plan_.begin(other)), last = std::min(piece.end, plan_.end(other));
+        if (first < last) send[other] = {first, last - first, final_blocks_.size(), total_};
+        if (my_first < my_last) {
+            const size_t region = first_region_[other];
+            const size_t blocks = (other + 1 < plan_.ranks ? first_region_[other + 1] : received_from_.size()) - region;
+            recv[other] = {region * shard + (my_first - shard_begin_), my_last - my_first, blocks, shard};
         }
     }
+    comm_.all_to_all_runs(slots_.data(), send, received_.data(), recv, Traffic::gradients);
 }
 
 float* GradientExchange::reduce() {
@@ -139,7 +135,7 @@ float* GradientExchange::reduce() {
     for (int from = 0; from < plan_.ranks; ++from) {
         if (from == rank_) {
             for (size_t block = 0; block < final_blocks_.size(); ++block) {
-                parts.push_back(slots_[block].data() + shard_begin_);
+                parts.push_back(slot_data(static_cast<int>(block)) + shard_begin_);
             }
         } else {
             for (; region < received_from_.size() && received_from_[region] == from; ++region) {

@@ -4,8 +4,8 @@
 //  - every leaf's gradient starts from zero in its own stack slot, and the pairwise merges of
 //    dist/pairwise_sum.h run piece by piece as each piece is released;
 //  - when the last leaf releases a piece, the piece is final on this rank: its parts that other
-//    ranks own go out at once (nonblocking sends, one bucket per gradient piece), overlapping
-//    the rest of the backward pass;
+//    ranks own go out at once (one nonblocking MPI_Ialltoallw per gradient piece: the bucket),
+//    overlapping the rest of the backward pass;
 //  - reduce() waits, then sums this rank's shard over every rank's blocks in the fixed order:
 //    a reduce-scatter whose result has the same bits for any number of ranks.
 // With one rank nothing is sent and the sum is the plain gradient of the step.
@@ -26,8 +26,6 @@ class GradientExchange : public GradientSink {
 public:
     GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm, int leaves_per_rank);
 
-    // Before the first leaf of a step: posts the receives of this rank's shard.
-    void begin_step();
     // Before the backward pass of local leaf `leaf` (0 .. leaves_per_rank - 1).
     void begin_leaf(int leaf);
     float* acquire(const ParamTensor& tensor, int row_begin, int row_end) override;
@@ -51,7 +49,8 @@ private:
         std::vector<std::pair<int, int>> merges;  // (lower, upper) slots, after the leaf
     };
     int piece_index(const ParamTensor& tensor, int row_begin) const;
-    void send_final_piece(const Piece& piece, int tag);
+    void exchange_final_piece(const Piece& piece);
+    float* slot_data(int slot) const { return slots_.data() + static_cast<size_t>(slot) * total_; }
 
     const ShardPlan& plan_;
     Communicator& comm_;
@@ -61,12 +60,15 @@ private:
     std::vector<int> first_piece_;  // (tensors) index of each tensor's first piece
     std::vector<int> piece_rows_;   // (tensors) rows per piece
     std::vector<LeafPlan> leaves_;
-    std::vector<LeafBlock> final_blocks_;  // this rank's blocks after its last leaf
-    std::vector<Array<float>> slots_;     // (slots) x (layout.total), category gradients
+    std::vector<LeafBlock> final_blocks_;  // this rank's blocks after its last leaf, in slots 0, 1, ...
+    size_t total_ = 0;                     // layout.total
+    Array<float> slots_;                   // (slots, layout.total) category gradients
     // Other ranks' blocks of this rank's shard: one (shard size) region per (rank, block), in
-    // rank and block order; received_from_ names each region's rank.
+    // rank and block order; received_from_ names each region's rank, first_region_ (ranks)
+    // each rank's first region.
     Array<float> received_;
     std::vector<int> received_from_;
+    std::vector<size_t> first_region_;
     int leaf_ = 0;
     std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;

@@ -64,7 +64,6 @@ TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float gr
                                                      const std::function<void(int)>& fill) {
     const int leaves = micro_batches_ / comm_.size();
     std::vector<double> losses;  // (leaves) of this rank
-    exchange_->begin_step();
     for (int leaf = 0; leaf < leaves; ++leaf) {
         exchange_->begin_leaf(leaf);
         fill(comm_.rank() * leaves + leaf);
