@@ -172,13 +172,13 @@ void Communicator::wait_all() {
     pending_->completed();
 }
 
-void Communicator::allgather_in_place(void* base, const std::vector<size_t>& begin, const std::vector<size_t>& end,
+void Communicator::allgather_in_place(void* base, const std::vector<size_t>& cut, size_t item_bytes,
                                       Traffic traffic) {
     if (size_ == 1) return;
     std::vector<int> counts(static_cast<size_t>(size_)), displacements(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) {
-        counts[r] = as_count(end[r] - begin[r], "MPI_Allgatherv");
-        displacements[r] = as_count(begin[r], "MPI_Allgatherv");
+        counts[r] = as_count((cut[r + 1] - cut[r]) * item_bytes, "MPI_Allgatherv");
+        displacements[r] = as_count(cut[r] * item_bytes, "MPI_Allgatherv");
     }
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, counts.data(), displacements.data(), MPI_BYTE,
                          MPI_COMM_WORLD),

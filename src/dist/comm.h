@@ -46,11 +46,10 @@ public:
     void progress();
     void wait_all();
 
-    // Rank r contributes bytes [begin[r], end[r]) of `base`, already in place on rank r; on
-    // return every rank holds all of them. Counted as (N-1) times this rank's part: what a
-    // ring sends.
-    void allgather_in_place(void* base, const std::vector<size_t>& begin, const std::vector<size_t>& end,
-                            Traffic traffic);
+    // Rank r contributes items [cut[r], cut[r+1]) of `base` (items of item_bytes bytes), already
+    // in place on rank r; on return every rank holds all of them. Counted as (N-1) times this
+    // rank's part: what a ring sends.
+    void allgather_in_place(void* base, const std::vector<size_t>& cut, size_t item_bytes, Traffic traffic);
     // Every rank's `mine` (counts[r] doubles from rank r) concatenated in rank order.
     std::vector<double> allgather(const std::vector<double>& mine, const std::vector<int>& counts);
     // Root receives every rank's bytes into `out` at offsets[r] (out is ignored elsewhere).

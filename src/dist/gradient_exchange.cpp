@@ -62,7 +62,18 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
         const size_t blocks = aligned_blocks(from * leaves_per_rank, (from + 1) * leaves_per_rank).size();
         received_from_.insert(received_from_.end(), blocks, from);
     }
-    received_ = Array<float>(MemCategory::gradients, received_from_.size() * (shard_end_ - shard_begin_));
+    const size_t shard = shard_end_ - shard_begin_;
+    received_ = Array<float>(MemCategory::gradients, received_from_.size() * shard);
+
+    // What reduce() sums, in leaf order: every rank's blocks and where this shard's part of each is.
+    for (int from = 0; from < plan.ranks; ++from) {
+        const std::vector<LeafBlock> blocks = aligned_blocks(from * leaves_per_rank, (from + 1) * leaves_per_rank);
+        for (size_t block = 0; block < blocks.size(); ++block) {
+            shard_blocks_.push_back(blocks[block]);
+            shard_parts_.push_back(from == rank_ ? slot_data(static_cast<int>(block)) + shard_begin_
+                                                 : received_.data() + (first_region_[from] + block) * shard);
+        }
+    }
 }
 
 int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) const {
@@ -130,39 +141,17 @@ float* GradientExchange::reduce() {
     }
     // Every rank's blocks of this shard in leaf order, then the fixed merges and the fold.
     const size_t shard = shard_end_ - shard_begin_;
-    std::vector<float*> parts;
-    size_t region = 0;
-    for (int from = 0; from < plan_.ranks; ++from) {
-        if (from == rank_) {
-            for (size_t block = 0; block < final_blocks_.size(); ++block) {
-                parts.push_back(slot_data(static_cast<int>(block)) + shard_begin_);
-            }
-        } else {
-            for (; region < received_from_.size() && received_from_[region] == from; ++region) {
-                parts.push_back(received_.data() + region * shard);
-            }
-        }
-    }
-    std::vector<LeafBlock> blocks;
-    for (int from = 0; from < plan_.ranks; ++from) {
-        for (const LeafBlock& block : aligned_blocks(from * leaves_per_rank_, (from + 1) * leaves_per_rank_)) {
-            blocks.push_back(block);
-        }
-    }
     PairwiseSum sum;
     std::vector<float*> stack;
-    auto merge = [&](int lower, int upper) { add_into(stack[lower], stack[upper], shard); };
-    for (size_t i = 0; i < blocks.size(); ++i) {
-        stack.push_back(parts[i]);
-        sum.push(blocks[i], [&](int lower, int upper) {
-            merge(lower, upper);
-            stack.pop_back();
-        });
-    }
-    sum.fold([&](int lower, int upper) {
-        merge(lower, upper);
+    auto merge_and_drop = [&](int lower, int upper) {
+        add_into(stack[lower], stack[upper], shard);
         stack.pop_back();
-    });
+    };
+    for (size_t i = 0; i < shard_blocks_.size(); ++i) {
+        stack.push_back(shard_parts_[i]);
+        sum.push(shard_blocks_[i], merge_and_drop);
+    }
+    sum.fold(merge_and_drop);
     shard_gradient_ = stack.empty() ? nullptr : stack[0];
     return shard_gradient_;
 }

@@ -69,6 +69,9 @@ private:
     Array<float> received_;
     std::vector<int> received_from_;
     std::vector<size_t> first_region_;
+    // Every rank's blocks in leaf order, and where this rank's shard of each lives.
+    std::vector<LeafBlock> shard_blocks_;
+    std::vector<float*> shard_parts_;
     int leaf_ = 0;
     std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;

@@ -28,12 +28,6 @@ TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const 
         return;
     }
     exchange_.emplace(model, plan, comm, micro_batches / comm.size());
-    for (int r = 0; r < plan.ranks; ++r) {
-        value_begin_.push_back(plan.value_cut[r] * sizeof(float));
-        value_end_.push_back(plan.value_cut[r + 1] * sizeof(float));
-        code_begin_.push_back(plan.code_cut[r]);
-        code_end_.push_back(plan.code_cut[r + 1]);
-    }
 }
 
 TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, float lr, int64_t t,
@@ -82,8 +76,8 @@ TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float gr
     if (factor != 1.0f) exchange_->scale(factor);
     const int rank = comm_.rank();
     optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_);
-    comm_.allgather_in_place(model_.values.data(), value_begin_, value_end_, Traffic::weights);
-    comm_.allgather_in_place(model_.codes.data(), code_begin_, code_end_, Traffic::weights);
+    comm_.allgather_in_place(model_.values.data(), plan_.value_cut, sizeof(float), Traffic::weights);
+    comm_.allgather_in_place(model_.codes.data(), plan_.code_cut, 1, Traffic::weights);
     return result;
 }
 

@@ -57,7 +57,6 @@ private:
     int micro_batches_;
     Communicator& comm_;
     const ShardPlan& plan_;
-    std::vector<size_t> value_begin_, value_end_, code_begin_, code_end_;  // (ranks) byte ranges to all-gather
     std::optional<GradientExchange> exchange_;  // unfused only
     std::optional<FusedUpdater> fused_;         // fused only
 };
