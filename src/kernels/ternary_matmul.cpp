@@ -56,41 +56,6 @@ int ternary_code_at(const TernaryMatrix& w, int row, int col) {
     return ((w.row(row)[slot.byte] >> slot.shift) & 3) - 1;
 }
 
-namespace {
-
-// One row: a = clip(round(x * s), -128, 127), s = 127 / max|x| (the rule of
-// absmax_quantize_rows, so a row it already quantized maps back to its integers exactly).
-// Cloned for AVX-512 / AVX2: the lanes vectorise the max, and rounding is one instruction.
-DQT_TARGET_CLONES void quantize_row_int8(const float* in, int cols, int8_t* a, float& scale_out, int32_t& sum_out) {
-    const float scale = 127.0f / std::max(abs_max_f32(in, cols), 1e-5f);
-    int32_t sum = 0;
-    for (int c = 0; c < cols; ++c) {
-        const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(in[c] * scale), -128.0f), 127.0f));
-        a[c] = q;
-        sum += q;
-    }
-    scale_out = scale;
-    sum_out = sum;
-}
-
-}  // namespace
-
-void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
-    const int padded = ternary_padded_cols(cols);
-    if (out.rows != rows || out.cols != cols) {
-        out.rows = rows;
-        out.cols = cols;
-        out.padded_cols = padded;
-        out.values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * padded);  // zeroed padding
-        out.scales.assign(rows, 0.0f);
-        out.sums.assign(rows, 0);
-    }
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; ++r)
-        quantize_row_int8(x + static_cast<size_t>(r) * cols, cols, out.values.data() + static_cast<size_t>(r) * padded,
-                          out.scales[r], out.sums[r]);
-}
-
 const char* ternary_isa_name(TernaryIsa isa) {
     switch (isa) {
         case TernaryIsa::scalar: return "scalar";
@@ -144,7 +109,7 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Terna
             kernel.run(w_rows, w_count, a_rows, a_count, blocks, dots);
             for (int j = 0; j < a_count; ++j) {
                 const int r = a_first + j;
-                const float factor = w.gamma / x.scales[r];
+                const float factor = int8_output_factor(w.gamma, x.scales[r]);
                 float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
                 for (int i = 0; i < w_count; ++i)
                     out_row[i] = factor * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
@@ -160,7 +125,7 @@ void ternary_matmul_reference(const TernaryMatrix& w, const Int8Rows& x, float* 
             int64_t dot = 0;
             for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(ternary_code_at(w, o, c)) * x.row(r)[c];
             // The same float epilogue as the fast paths: the sums are exact, so all paths agree bit for bit.
-            const float factor = w.gamma / x.scales[r];
+            const float factor = int8_output_factor(w.gamma, x.scales[r]);
             out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
         }
     }

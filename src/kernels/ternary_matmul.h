@@ -2,8 +2,9 @@
 // Ternary x int8 matrix products for inference (BitNet b1.58 style). Weights are q in
 // {-1, 0, 1} with one scale per tensor (W = q * gamma); each activation row is quantized to
 // int8 with absmax (x ~ a / s, s = 127 / max|x|, as in quant/activation_quant.h); products
-// are summed exactly in int32:
-//   out[r][o] = gamma / s[r] * sum_i q[o][i] * a[r][i].
+// are summed exactly in int32 (activations from kernels/int8_rows.h, the quantizer training
+// uses too):
+//   out[r][o] = int8_output_factor(gamma, s[r]) * sum_i q[o][i] * a[r][i].
 // One code serves the prompt (many rows) and the decode (one row) shapes.
 //
 // Packed layout: llama.cpp's TQ2_0 codes without its per-block fp16 scale, so a GGUF export
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "kernels/int8_rows.h"
 
 namespace dqt {
 
@@ -48,21 +50,6 @@ TernaryCodeSlot ternary_code_slot(int col);
 TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma);
 // The code of one weight, read back from the packed layout.
 int ternary_code_at(const TernaryMatrix& w, int row, int col);
-
-// Activation rows quantized to int8 for the kernels.
-struct Int8Rows {
-    int rows = 0;
-    int cols = 0;
-    int padded_cols = 0;
-    Array<int8_t> values;        // (rows, padded_cols), zero in the padding, category scratch
-    std::vector<float> scales;   // (rows) s: x ~ a / s
-    std::vector<int32_t> sums;   // (rows) sum of a over the row
-
-    const int8_t* row(int r) const { return values.data() + static_cast<size_t>(r) * padded_cols; }
-};
-
-// x (rows, cols) -> out, reallocating out only when its shape changes.
-void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out);
 
 enum class TernaryIsa { scalar, avx2, avx512_vnni };
 const char* ternary_isa_name(TernaryIsa isa);

@@ -1,27 +1,23 @@
 #include "quant/activation_quant.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
+#include <vector>
 
-#include "kernels/vecmath.h"
+#include "kernels/int8_rows.h"
 
 namespace dqt {
 
-namespace {
-
-// Cloned for AVX-512 / AVX2: there nearbyint is one vector instruction instead of a libm call.
-DQT_TARGET_CLONES void quantize_row(float* row, int cols) {
-    // abs_max_f32's independent lanes vectorise; a plain float max reduction would not (no -ffast-math).
-    const float scale = 127.0f / std::max(abs_max_f32(row, cols), 1e-5f);
-    for (int j = 0; j < cols; ++j) row[j] = std::min(std::max(std::nearbyint(row[j] * scale), -128.0f), 127.0f) / scale;
-}
-
-}  // namespace
-
 void absmax_quantize_rows(float* x, int rows, int cols) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; ++r) quantize_row(x + static_cast<size_t>(r) * cols, cols);
+#pragma omp parallel
+    {
+        std::vector<int8_t> a(static_cast<size_t>(cols));  // per thread
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; ++r) {
+            float* row = x + static_cast<size_t>(r) * cols;
+            const float scale = quantize_row_int8(row, cols, a.data(), nullptr);
+            for (int j = 0; j < cols; ++j) row[j] = static_cast<float>(a[j]) / scale;
+        }
+    }
 }
 
 }  // namespace dqt

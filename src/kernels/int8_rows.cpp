@@ -1,0 +1,47 @@
+#include "kernels/int8_rows.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/vecmath.h"
+
+namespace dqt {
+
+namespace {
+
+// Cloned for AVX-512 / AVX2: the lanes vectorise the max, and rounding is one instruction.
+DQT_TARGET_CLONES float quantize_row(const float* x, int cols, int8_t* a, int32_t* sum_out) {
+    // abs_max_f32's independent lanes vectorise; a plain float max reduction would not (no -ffast-math).
+    const float scale = 127.0f / std::max(abs_max_f32(x, cols), 1e-5f);
+    int32_t sum = 0;
+    for (int c = 0; c < cols; ++c) {
+        const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[c] * scale), -128.0f), 127.0f));
+        a[c] = q;
+        sum += q;
+    }
+    if (sum_out != nullptr) *sum_out = sum;
+    return scale;
+}
+
+}  // namespace
+
+float quantize_row_int8(const float* x, int cols, int8_t* a, int32_t* sum_out) {
+    return quantize_row(x, cols, a, sum_out);
+}
+
+void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
+    if (out.rows != rows || out.cols != cols) {
+        out.rows = rows;
+        out.cols = cols;
+        out.padded_cols = int8_padded_cols(cols);
+        out.values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * out.padded_cols);  // zeroed padding
+        out.scales.assign(rows, 0.0f);
+        out.sums.assign(rows, 0);
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r)
+        out.scales[r] = quantize_row(x + static_cast<size_t>(r) * cols, cols,
+                                     out.values.data() + static_cast<size_t>(r) * out.padded_cols, &out.sums[r]);
+}
+
+}  // namespace dqt
