@@ -1,6 +1,7 @@
-// `dqt bench generate`: prompt and decode speed of dqt's ternary kernels against llama.cpp's
-// TQ2_0 on the same exported model and thread count, and decode speed as a fraction of the
-// memory-bandwidth bound (weight bytes read per token / bandwidth measured here).
+// `dqt bench generate`: prompt and decode speed of dqt's inference engine (infer/) against
+// llama.cpp on the same exported model (TQ2_0 for ternary, Q8_0 for 8-bit) and thread count,
+// and decode speed as a fraction of the memory-bandwidth bound (weight bytes read per token /
+// read bandwidth measured in this process).
 #include <omp.h>
 #include <unistd.h>
 
@@ -18,9 +19,11 @@
 #include "core/parallel.h"
 #include "export/gguf_model.h"
 #include "io/gguf.h"
+#include "infer/inference_model.h"
+#include "infer/sampling.h"
+#include "infer/session.h"
 #include "kernels/vecmath.h"
-#include "model/inference.h"
-#include "model/ternary_pack.h"
+#include "quant/codes.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
@@ -31,6 +34,7 @@ struct BenchGenerateArgs {
     std::string model_path;  // a GGUF from `dqt export`; empty: a random ternary model of the flags' shape
     ModelConfig model_flags;
     std::string config_path;
+    std::string bits = "1.58";  // of the random default model
     int prompt_tokens = 128;
     int decode_tokens = 64;
     int repeats = 3;
@@ -97,25 +101,6 @@ double measure_read_bandwidth() {
     return static_cast<double>(count * sizeof(uint64_t)) / best;
 }
 
-// Bytes of weights one decode step reads in dqt: packed ternary matrices, other matrices in
-// the form the forward reads them, the head in full, one embedding row, the norm gains.
-double dqt_weight_bytes_per_token(const ModelParameters& model) {
-    double bytes = 0.0;
-    for (const ParamTensor& t : model.layout.tensors) {
-        const size_t id = static_cast<size_t>(t.tensor_id);
-        const bool packed = id < model.ternary_packed.size() && model.ternary_packed[id].rows > 0;
-        if (packed) {
-            bytes += static_cast<double>(model.ternary_packed[id].packed.bytes());
-        } else if (t.role == TensorRole::embedding) {
-            bytes += 4.0 * t.cols;  // the looked-up row
-            if (model.config.tie_embeddings) bytes += 4.0 * static_cast<double>(t.count());  // read again as the head
-        } else {
-            bytes += 4.0 * static_cast<double>(t.count());
-        }
-    }
-    return bytes;
-}
-
 // llama.cpp reads every tensor of the file once per token (token_embd as the head).
 double gguf_weight_bytes_per_token(const std::string& path) {
     const GgufReader reader(path);
@@ -129,18 +114,18 @@ struct Speeds {
     double decode_tokens_per_second = 0.0;
 };
 
-Speeds measure_dqt(const ModelParameters& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats) {
+Speeds measure_dqt(const InferenceModel& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats) {
     double best_prompt = std::numeric_limits<double>::infinity(), best_decode = best_prompt;
+    InferenceSession session(model, static_cast<int>(prompt.size()) + decode_tokens);
     for (int r = 0; r < repeats; ++r) {
-        KvCache cache(model.config, static_cast<int>(prompt.size()) + decode_tokens);
-        DecodeScratch scratch(model.config);
+        session.reset();
         auto start = std::chrono::steady_clock::now();
-        prefill(model, cache, scratch, prompt.data(), static_cast<int>(prompt.size()));
+        const float* logits = session.run(prompt.data(), static_cast<int>(prompt.size()), LogitRows::last);
         best_prompt = std::min(best_prompt, seconds_since(start));
         start = std::chrono::steady_clock::now();
         for (int i = 0; i < decode_tokens; ++i) {
-            const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
-            decode_token(model, cache, scratch, next);
+            const int32_t next = sample_token(logits, model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
+            logits = session.run(&next, 1, LogitRows::last);
         }
         best_decode = std::min(best_decode, seconds_since(start));
     }
@@ -187,6 +172,8 @@ void add_bench_generate_command(CLI::App& bench) {
         "generate", "prompt and decode tokens/s of dqt vs llama.cpp on one GGUF model (default: a random 154M ternary model)");
     command->add_option("model", args->model_path, "a GGUF file from `dqt export` (default: build a random ternary model)");
     add_model_flags(*command, args->model_flags, args->config_path);
+    command->add_option("--bits", args->bits, "code width of the random default model: 1.58 (ternary) or 2..8")
+        ->capture_default_str();
     command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length")->check(CLI::PositiveNumber)->capture_default_str();
     command->add_option("--decode-tokens", args->decode_tokens, "generated tokens timed")
         ->check(CLI::PositiveNumber)
@@ -213,15 +200,20 @@ void add_bench_generate_command(CLI::App& bench) {
             const ModelConfig config =
                 resolve_model_config(*command, args->model_flags, args->config_path, default_bench_config());
             MethodConfig method;
-            method.method = Method::dqt;  // ternary codes
+            method.method = Method::dqt;
+            method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)
             ModelParameters random_model(config, method);
             random_model.initialize(1);
             gguf = folder + "/model.gguf";
             export_gguf(random_model, *make_byte_tokenizer(), GgufExportOptions{}, gguf);
         }
-        LoadedModel loaded = load_model_checkpoint(gguf);
-        ModelParameters& model = *loaded.model;
-        require(pack_ternary_weights(model) > 0, "bench generate needs a model with ternary weights");
+        std::unique_ptr<InferenceModel> built;
+        {
+            const LoadedModel loaded = load_model_checkpoint(gguf);
+            built = std::make_unique<InferenceModel>(*loaded.model);
+        }
+        const InferenceModel& model = *built;
+        require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
         std::vector<int32_t> prompt(static_cast<size_t>(args->prompt_tokens));
@@ -229,17 +221,17 @@ void add_bench_generate_command(CLI::App& bench) {
 
         const double bandwidth = measure_read_bandwidth();
         const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats);
-        const double dqt_bytes = dqt_weight_bytes_per_token(model);
+        const double dqt_bytes = static_cast<double>(model.weight_bytes_per_token());
         nlohmann::json record = {
             {"bench", "generate"},
             {"threads", args->threads},
             {"parameters", model.config.parameter_count()},
-            {"method", model.method.label()},
+            {"method", model.method_label},
             {"prompt_tokens", args->prompt_tokens},
             {"decode_tokens", args->decode_tokens},
             {"read_bandwidth_gb_per_s", bandwidth / 1e9},
             {"dqt",
-             {{"kernels", kernels_label(model)},
+             {{"kernels", model.kernels_label()},
               {"prompt_tokens_per_second", dqt_speed.prompt_tokens_per_second},
               {"decode_tokens_per_second", dqt_speed.decode_tokens_per_second},
               {"weight_bytes_per_token", dqt_bytes},
@@ -261,7 +253,7 @@ void add_bench_generate_command(CLI::App& bench) {
             return;
         }
         std::printf("bench generate: %s, %lld parameters, %d threads, prompt %d tokens, decode %d tokens (best of %d)\n",
-                    model.method.label().c_str(), static_cast<long long>(model.config.parameter_count()), args->threads,
+                    model.method_label.c_str(), static_cast<long long>(model.config.parameter_count()), args->threads,
                     args->prompt_tokens, args->decode_tokens, args->repeats);
         std::printf("  read bandwidth measured here: %.1f GB/s\n", bandwidth / 1e9);
         auto line = [&](const char* engine, const nlohmann::json& r) {

@@ -6,10 +6,8 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataset.h"
-#include "model/llama.h"
+#include "infer/evaluate.h"
 #include "model/ternary_convert.h"
-#include "model/ternary_pack.h"
-#include "train/evaluate.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
@@ -27,11 +25,9 @@ struct EvalArgs {
     std::string checkpoint;
     std::string data;  // default: the run's dataset
     int64_t tokens = 262144;
-    int batch = 8;
     int threads = 0;
     bool json = false;
     bool ternary = false;
-    bool dense = false;
 };
 }  // namespace
 
@@ -42,12 +38,10 @@ void add_eval_command(CLI::App& app) {
         ->required();
     command->add_option("--data", args->data, "dataset folder (default: the one the run trained on)");
     command->add_option("--eval-tokens", args->tokens, "validation tokens to score")->capture_default_str();
-    command->add_option("--batch", args->batch, "windows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
     add_threads_flag(*command, args->threads);
     command->add_flag("--ternary", args->ternary,
                       "also score the model with its quantized weights re-snapped to ternary, by the absmean "
                       "and the twn rule");
-    add_dense_flag(*command, args->dense);
     command->add_flag("--json", args->json, "print one JSON object instead of text");
     command->callback([args] {
         set_num_threads(args->threads);
@@ -58,23 +52,25 @@ void add_eval_command(CLI::App& app) {
         const Dataset data = open_dataset(data_dir);
         require(data.tokenizer->vocab_size() == loaded.model->config.vocab_size,
                 "dataset " + data_dir + " uses a different tokenizer than the checkpoint");
-        if (!args->dense) pack_ternary_weights(*loaded.model);
-        Activations acts(loaded.model->config, args->batch, loaded.model->config.seq_len);
-        const EvalResult result = evaluate(*loaded.model, acts, data.val, args->tokens);
+        const int window = loaded.model->config.seq_len;
+        std::unique_ptr<InferenceModel> model = std::make_unique<InferenceModel>(*loaded.model);
+        const EvalResult result = evaluate(*model, data.val, window, args->tokens);
+        const std::string kernels = model->kernels_label();
+        model.reset();
         nlohmann::json record = {{"checkpoint", args->checkpoint},
                                  {"step", loaded.step},
                                  {"method", loaded.model->method.label()},
                                  {"val_loss", result.loss},
                                  {"val_bits_per_byte", result.bits_per_byte},
                                  {"val_tokens", result.tokens},
-                                 {"ternary_kernels", kernels_label(*loaded.model)}};
+                                 {"kernels", kernels}};
         std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
                            loaded.model->method.label() + "): " + loss_text(result);
         if (args->ternary) {
             for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
                 const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);
-                if (!args->dense) pack_ternary_weights(*ternary);
-                const EvalResult ternary_result = evaluate(*ternary, acts, data.val, args->tokens);
+                const InferenceModel ternary_model(*ternary);
+                const EvalResult ternary_result = evaluate(ternary_model, data.val, window, args->tokens);
                 // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.
                 const std::string prefix = rule == TernaryRule::absmean ? "ternary_" : "ternary_twn_";
                 record[prefix + "val_loss"] = ternary_result.loss;

@@ -3,8 +3,7 @@
 #include "commands.h"
 #include "core/parallel.h"
 #include "model/ternary_convert.h"
-#include "model/ternary_pack.h"
-#include "train/generate.h"
+#include "infer/generate.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
@@ -17,7 +16,6 @@ struct GenerateArgs {
     SamplingOptions sampling;
     int threads = 0;
     bool ternary = false;
-    bool dense = false;
     std::string ternary_rule = "absmean";
 };
 }  // namespace
@@ -40,15 +38,13 @@ void add_generate_command(CLI::App& app) {
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
     add_ternary_rule_flag(*command, args->ternary_rule);
-    add_dense_flag(*command, args->dense);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
         const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
-        ModelParameters& model = ternary ? *ternary : *loaded.model;
-        if (!args->dense) pack_ternary_weights(model);
+        const InferenceModel model(ternary ? *ternary : *loaded.model);
         std::fputs(args->prompt.c_str(), stdout);
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
@@ -57,9 +53,9 @@ void add_generate_command(CLI::App& app) {
                               std::fflush(stdout);
                           });
         std::printf("\n");
-        std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (ternary kernels: %s)\n",
+        std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
                      result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
-                     kernels_label(model).c_str());
+                     model.kernels_label().c_str());
     });
 }
 

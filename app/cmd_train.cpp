@@ -8,7 +8,7 @@
 #include "core/parallel.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
-#include "train/generate.h"
+#include "infer/generate.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
 
@@ -79,7 +79,8 @@ void run(CLI::App& command, TrainArgs& args) {
     SamplingOptions sampling;
     std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n%s", sampling.temperature, sampling.top_k,
                 args.sample_prompt.c_str(), args.sample_prompt.c_str());
-    generate_text(*loaded.model, *loaded.tokenizer, args.sample_prompt, 200, sampling, [](const std::string& piece) {
+    const InferenceModel model(*loaded.model);
+    generate_text(model, *loaded.tokenizer, args.sample_prompt, 200, sampling, [](const std::string& piece) {
         std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
     });

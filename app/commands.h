@@ -47,9 +47,5 @@ void add_threads_flag(CLI::App& command, int& threads);
 
 // --ternary-rule absmean|twn: how --ternary re-snaps quantized weights (model/ternary_convert.h).
 void add_ternary_rule_flag(CLI::App& command, std::string& rule);
-// --dense: ternary weights through the dense fp32 path instead of the ternary kernels.
-void add_dense_flag(CLI::App& command, bool& dense);
-// "avx512-vnni" (the kernel path) when the model has packed ternary weights, else "none".
-std::string kernels_label(const ModelParameters& model);
 
 }  // namespace dqt::cli

@@ -17,11 +17,10 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
-#include "model/llama.h"
+#include "infer/evaluate.h"
 #include "model/ternary_convert.h"
 #include "quant/codes.h"
 #include "quant/ternary.h"
-#include "train/evaluate.h"
 #include "train/model_checkpoint.h"
 
 using namespace dqt;
@@ -118,7 +117,7 @@ int main(int argc, char** argv) {
         const ModelParameters& model = *loaded.model;
         require(model.method.method == Method::dqt && !model.method.grid.ternary(), "needs an n-bit dqt checkpoint");
         const Dataset data = open_dataset(loaded.options.data_dir);
-        Activations acts(model.config, 8, model.config.seq_len);
+        const int window = model.config.seq_len;
 
         // How the n-bit codes are spread: share at the grid's ends and at zero.
         size_t at_ends = 0, at_zero = 0, total = 0;
@@ -134,11 +133,11 @@ int main(int argc, char** argv) {
         std::printf("%s: %.1f%% of the %s-bit codes at the ends of the grid, %.1f%% at zero\n", argv[1],
                     100.0 * at_ends / total, model.method.grid.label().c_str(), 100.0 * at_zero / total);
 
-        const EvalResult own = evaluate(model, acts, data.val, eval_tokens);
+        const EvalResult own = evaluate(InferenceModel(model), data.val, window, eval_tokens);
         std::printf("%-8s val loss %.4f nats/token (%lld tokens)\n", "n-bit", own.loss, static_cast<long long>(own.tokens));
         for (const std::string rule : {"absmean", "twn", "mse"}) {
             const auto converted = rule == "mse" ? mse_convert(model) : convert_to_ternary(model, parse_ternary_rule(rule));
-            const EvalResult result = evaluate(*converted, acts, data.val, eval_tokens);
+            const EvalResult result = evaluate(InferenceModel(*converted), data.val, window, eval_tokens);
             std::printf("%-8s val loss %.4f nats/token (%+.1f%%), weight error ||W - Wt|| / ||W|| = %.3f\n", rule.c_str(),
                         result.loss, 100.0 * (result.loss / own.loss - 1.0), relative_weight_error(model, *converted));
         }

@@ -175,7 +175,7 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     EXPECT_NEAR(loss(from_gguf.output), loss(from_checkpoint.output), 1e-4);
     const CommandResult generated = run_dqt("generate " + gguf + " --tokens 5 --temperature 0");
     EXPECT_EQ(generated.exit_code, 0) << generated.output;
-    EXPECT_NE(generated.output.find("ternary kernels"), std::string::npos) << generated.output;
+    EXPECT_NE(generated.output.find("kernels: ternary"), std::string::npos) << generated.output;
 
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --format onnx"), "unknown --format 'onnx'");
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --ternary-type tq3_0"),

@@ -1,18 +1,33 @@
-// Generation path: the KV-cache decode against the training forward, and sampling rules.
+// The inference engine (infer/) against the training forward: for every method the full
+// forward of a sequence, token-by-token decoding and a prompt followed by decoding; what each
+// method's linears become; bad input; memory of evaluation; and sampling rules.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/rng.h"
-#include "model/inference.h"
+#include "infer/evaluate.h"
+#include "infer/inference_model.h"
+#include "infer/sampling.h"
+#include "infer/session.h"
 #include "model/llama.h"
+#include "test_helpers.h"
+#include "data/dataset.h"
 
 using namespace dqt;
 
 namespace {
+
+// DQT_TEST_SEED picks other random models; failures print the seed.
+uint64_t test_seed() {
+    const char* text = std::getenv("DQT_TEST_SEED");
+    return text != nullptr ? std::strtoull(text, nullptr, 10) : 20261123;
+}
 
 ModelConfig small_config(bool subln, int kv_heads) {
     ModelConfig c;
@@ -28,75 +43,190 @@ ModelConfig small_config(bool subln, int kv_heads) {
     return c;
 }
 
-}  // namespace
+MethodConfig method_of(Method method, int bits, bool quantize_ends = false) {
+    MethodConfig m;
+    m.method = method;
+    m.grid.bits = bits;
+    m.quantize_head = quantize_ends;
+    m.quantize_embedding = quantize_ends && method == Method::dqt;
+    m.validate();
+    return m;
+}
 
-// Feeding tokens one by one through the KV cache must give, at every position, the logits the
-// full causal forward gives at that position (float32 in both, different summation orders).
-TEST(Inference, KvCacheDecodeMatchesFullForwardAtEveryPosition) {
-    for (const auto& [subln, kv_heads] : {std::pair{true, 4}, std::pair{false, 2}}) {
-        const ModelConfig config = small_config(subln, kv_heads);
-        ModelParameters model(config);
-        const uint64_t seed = std::random_device{}();
-        SCOPED_TRACE("seed " + std::to_string(seed) + " subln " + std::to_string(subln));
-        model.initialize(seed);
+struct Case {
+    const char* name;
+    MethodConfig method;
+    bool subln;
+    int kv_heads;
+    bool integer_exact;  // every product an exact integer sum: the logits must agree bit for bit
+};
 
-        Activations acts(config, 1, config.seq_len);
-        for (int t = 0; t < config.seq_len; ++t)
-            acts.tokens[t] = static_cast<int32_t>(random_u64(seed, kStreamBatch, 0, t) % config.vocab_size);
-        model_forward(model, acts, false);
+std::vector<Case> every_method() {
+    return {
+        {"fp", method_of(Method::fp, 1), true, 4, false},
+        {"fp no-subln gqa", method_of(Method::fp, 1), false, 2, false},
+        {"bitnet", method_of(Method::bitnet, 1), true, 4, true},
+        {"bitnet gqa quantized head", method_of(Method::bitnet, 1, true), true, 2, true},
+        {"dqt 1.58", method_of(Method::dqt, 1), true, 4, true},
+        {"dqt 1.58 no-subln quantized ends", method_of(Method::dqt, 1, true), false, 2, true},
+        {"dqt 8", method_of(Method::dqt, 8), true, 4, false},
+        {"dqt 4 quantized ends", method_of(Method::dqt, 4, true), true, 2, false},
+    };
+}
 
-        KvCache cache(config, config.seq_len);
-        DecodeScratch scratch(config);
-        for (int t = 0; t < config.seq_len; ++t) {
-            decode_token(model, cache, scratch, acts.tokens[t]);
-            for (int v = 0; v < config.vocab_size; ++v) {
-                const float full = acts.logits[static_cast<size_t>(t) * config.vocab_size + v];
-                ASSERT_NEAR(scratch.logits[v], full, 1e-4f + 1e-4f * std::fabs(full)) << "position " << t;
-            }
+std::vector<int32_t> random_tokens(uint64_t seed, int count, int vocab) {
+    std::vector<int32_t> tokens(static_cast<size_t>(count));
+    for (int t = 0; t < count; ++t) tokens[t] = static_cast<int32_t>(random_u64(seed, kStreamBatch, 1, t) % vocab);
+    return tokens;
+}
+
+// The training forward's logits (T, V) of one sequence.
+std::vector<float> training_logits(const ModelParameters& model, const std::vector<int32_t>& tokens) {
+    Activations acts(model.config, 1, static_cast<int>(tokens.size()));
+    std::memcpy(acts.tokens.data(), tokens.data(), tokens.size() * sizeof(int32_t));
+    model_forward(model, acts, false);
+    return std::vector<float>(acts.logits.begin(), acts.logits.end());
+}
+
+void expect_logits(const float* got, const float* expected, size_t count, bool exact, const std::string& what) {
+    for (size_t i = 0; i < count; ++i) {
+        if (exact) {
+            ASSERT_EQ(got[i], expected[i]) << what << ", logit " << i;
+        } else {
+            ASSERT_NEAR(got[i], expected[i], 1e-4f + 1e-4f * std::fabs(expected[i])) << what << ", logit " << i;
         }
-        EXPECT_EQ(cache.length, config.seq_len);
-        EXPECT_THROW(decode_token(model, cache, scratch, 0), Error);  // context full
     }
 }
 
-// A batched prefill leaves the cache and the logits that token-by-token decoding leaves.
-TEST(Inference, PrefillMatchesTokenByTokenDecoding) {
-    const ModelConfig config = small_config(true, 2);
-    ModelParameters model(config);
-    const uint64_t seed = std::random_device{}();
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    model.initialize(seed);
-    std::vector<int32_t> prompt(7);
-    for (size_t t = 0; t < prompt.size(); ++t)
-        prompt[t] = static_cast<int32_t>(random_u64(seed, kStreamBatch, 0, t) % config.vocab_size);
-    KvCache stepwise(config, config.seq_len), batched(config, config.seq_len);
-    DecodeScratch a(config), b(config);
-    for (int32_t token : prompt) decode_token(model, stepwise, a, token);
-    prefill(model, batched, b, prompt.data(), static_cast<int>(prompt.size()));
-    EXPECT_EQ(batched.length, stepwise.length);
-    for (int v = 0; v < config.vocab_size; ++v) ASSERT_NEAR(b.logits[v], a.logits[v], 1e-4f + 1e-4f * std::fabs(a.logits[v]));
-    for (int l = 0; l < config.n_layers; ++l)
-        for (size_t i = 0; i < prompt.size() * config.kv_dim(); ++i) {
-            ASSERT_NEAR(batched.keys[l][i], stepwise.keys[l][i], 1e-4f) << "layer " << l;
-            ASSERT_NEAR(batched.values[l][i], stepwise.values[l][i], 1e-4f) << "layer " << l;
+}  // namespace
+
+// The inference forward of a whole sequence against model_forward: ternary models bit for bit
+// (integer kernels on the training forward's integers, the same kernels elsewhere), the others
+// to float tolerance (gemm and int8 sums in other orders).
+TEST(Inference, FullForwardMatchesTheTrainingForwardForEveryMethod) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    for (const Case& c : every_method()) {
+        SCOPED_TRACE(c.name);
+        const ModelConfig config = small_config(c.subln, c.kv_heads);
+        for (uint64_t model_index = 0; model_index < 4; ++model_index) {
+            ModelParameters parameters(config, c.method);
+            parameters.initialize(seed + model_index);
+            const std::vector<int32_t> tokens = random_tokens(seed + model_index, config.seq_len, config.vocab_size);
+            const std::vector<float> expected = training_logits(parameters, tokens);
+            const InferenceModel model(parameters);
+            InferenceSession session(model, config.seq_len);
+            const float* logits = session.run(tokens.data(), config.seq_len, LogitRows::all);
+            expect_logits(logits, expected.data(), expected.size(), c.integer_exact, "full forward");
         }
-    // Decoding goes on from either cache alike.
-    decode_token(model, stepwise, a, 3);
-    decode_token(model, batched, b, 3);
-    for (int v = 0; v < config.vocab_size; ++v) ASSERT_NEAR(b.logits[v], a.logits[v], 1e-4f + 1e-4f * std::fabs(a.logits[v]));
-    KvCache used(config, config.seq_len);
-    decode_token(model, used, a, 1);
-    EXPECT_THROW(prefill(model, used, b, prompt.data(), 2), Error);  // not empty
+    }
 }
 
-TEST(Inference, DecodeRejectsTokenOutsideVocabulary) {
+// Token-by-token decoding, and a prompt followed by decoding, give the full forward's logits at
+// every position: decode attention runs the full forward's multiply-add chains, so the hidden
+// states of a ternary model agree bit for bit; so do its logits when the head is quantized (a
+// dense head is a gemm of 1 row instead of T, rounded in another order).
+TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    for (const Case& c : every_method()) {
+        SCOPED_TRACE(c.name);
+        const ModelConfig config = small_config(c.subln, c.kv_heads);
+        const int V = config.vocab_size, T = config.seq_len;
+        ModelParameters parameters(config, c.method);
+        parameters.initialize(seed);
+        const std::vector<int32_t> tokens = random_tokens(seed, T, V);
+        const InferenceModel model(parameters);
+        InferenceSession full(model, T);
+        const float* full_logits = full.run(tokens.data(), T, LogitRows::all);
+        const std::vector<float> expected(full_logits, full_logits + static_cast<size_t>(T) * V);
+        const bool exact = c.integer_exact && c.method.quantize_head;
+
+        InferenceSession stepwise(model, T);
+        for (int t = 0; t < T; ++t) {
+            const float* logits = stepwise.run(&tokens[t], 1, LogitRows::last);
+            expect_logits(logits, &expected[static_cast<size_t>(t) * V], V, exact,
+                          "decode at position " + std::to_string(t));
+        }
+        EXPECT_EQ(stepwise.position(), T);
+        EXPECT_THROW(stepwise.run(tokens.data(), 1, LogitRows::last), Error);  // context full
+
+        for (int prompt : {1, 5}) {
+            InferenceSession prompted(model, T);
+            const float* logits = prompted.run(tokens.data(), prompt, LogitRows::last);
+            expect_logits(logits, &expected[static_cast<size_t>(prompt - 1) * V], V, exact, "prompt");
+            // Several tokens after a prompt at once (n > 1 at p > 0) as well.
+            logits = prompted.run(&tokens[prompt], T - prompt, LogitRows::all);
+            expect_logits(logits, &expected[static_cast<size_t>(prompt) * V], static_cast<size_t>(T - prompt) * V,
+                          exact, "after a prompt of " + std::to_string(prompt));
+        }
+    }
+}
+
+TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
     const ModelConfig config = small_config(true, 4);
-    ModelParameters model(config);
-    model.initialize(1);
-    KvCache cache(config, 4);
-    DecodeScratch scratch(config);
-    EXPECT_THROW(decode_token(model, cache, scratch, config.vocab_size), Error);
-    EXPECT_THROW(decode_token(model, cache, scratch, -1), Error);
+    auto formats = [&](const MethodConfig& method) {
+        ModelParameters parameters(config, method);
+        parameters.initialize(4);
+        const InferenceModel model(parameters);
+        return std::pair{model.layers[1].w_down.format, model.head.format};
+    };
+    EXPECT_EQ(formats(method_of(Method::fp, 1)), std::pair(LinearFormat::dense, LinearFormat::dense));
+    EXPECT_EQ(formats(method_of(Method::bitnet, 1)), std::pair(LinearFormat::ternary, LinearFormat::dense));
+    EXPECT_EQ(formats(method_of(Method::dqt, 1)), std::pair(LinearFormat::ternary, LinearFormat::dense));
+    EXPECT_EQ(formats(method_of(Method::dqt, 1, true)), std::pair(LinearFormat::ternary, LinearFormat::ternary));
+    EXPECT_EQ(formats(method_of(Method::dqt, 8)), std::pair(LinearFormat::int8, LinearFormat::dense));
+    EXPECT_EQ(formats(method_of(Method::dqt, 3, true)), std::pair(LinearFormat::int8, LinearFormat::int8));
+
+    // The packed ternary codes and scale are the stored ones.
+    ModelParameters parameters(config, method_of(Method::dqt, 1));
+    parameters.initialize(4);
+    const InferenceModel model(parameters);
+    const ParamTensor& wq = *parameters.tensors.layers[0].wq;
+    const TernaryMatrix& packed = model.layers[0].wq.ternary;
+    EXPECT_EQ(packed.gamma, 1.0f / parameters.scale(wq));
+    for (int c = 0; c < wq.cols; ++c)
+        EXPECT_EQ(ternary_code_at(packed, 1, c), read_code(parameters.code(wq), parameters.method.grid, wq.cols + c));
+    // Built once: later changes to the source do not reach it (a fresh build sees them).
+    parameters.scale(wq) *= 2.0f;
+    EXPECT_EQ(model.layers[0].wq.ternary.gamma, packed.gamma);
+    EXPECT_EQ(InferenceModel(parameters).layers[0].wq.ternary.gamma, 0.5f * packed.gamma);
+}
+
+TEST(Inference, RefusesTokensOutsideTheVocabularyAndSequencesBeyondTheContext) {
+    const ModelConfig config = small_config(true, 4);
+    ModelParameters parameters(config, method_of(Method::dqt, 1));
+    parameters.initialize(1);
+    const InferenceModel model(parameters);
+    InferenceSession session(model, 4);
+    const int32_t outside[] = {config.vocab_size}, negative[] = {-1};
+    EXPECT_THROW(session.run(outside, 1, LogitRows::last), Error);
+    EXPECT_THROW(session.run(negative, 1, LogitRows::last), Error);
+    const std::vector<int32_t> five(5, 1);
+    EXPECT_THROW(session.run(five.data(), 5, LogitRows::last), Error);
+    EXPECT_EQ(session.position(), 0);  // nothing changed
+    EXPECT_THROW(InferenceSession(model, config.seq_len + 1), Error);
+}
+
+// Evaluation holds one window's KV cache and scratch, whatever the number of tokens scored.
+TEST(Inference, EvaluationMemoryDoesNotGrowWithTheTokensScored) {
+    const Dataset data = open_dataset(dqt::testing::tiny_dataset_dir());
+    ModelConfig config = small_config(true, 4);
+    config.vocab_size = data.tokenizer->vocab_size();
+    config.seq_len = 32;
+    ModelParameters parameters(config, method_of(Method::dqt, 1));
+    parameters.initialize(3);
+    const InferenceModel model(parameters);
+    auto peak_of = [&](int64_t tokens) {
+        memory_reset_peaks();
+        const int64_t before = memory_live_bytes(MemCategory::scratch) + memory_live_bytes(MemCategory::activations);
+        const EvalResult result = evaluate(model, data.val, config.seq_len, tokens);
+        EXPECT_GT(result.tokens, 0);
+        return memory_peak_bytes(MemCategory::scratch) + memory_peak_bytes(MemCategory::activations) - before;
+    };
+    const int64_t small = peak_of(2 * config.seq_len), large = peak_of(16 * config.seq_len);
+    EXPECT_GT(small, 0);
+    EXPECT_EQ(small, large);
 }
 
 TEST(Sampling, GreedyPicksTheLargestLogit) {

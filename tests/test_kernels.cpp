@@ -313,25 +313,33 @@ TEST(KernelAttention, BitIdenticalForOneAndTwoThreads) {
     EXPECT_EQ(one.dv, two.dv);
 }
 
-TEST(KernelAttention, DecodeMatchesRowOfForward) {
-    Random rng;
-    SCOPED_TRACE(rng.trace());
-    const AttentionShape s{1, 9, 4, 2, 10};
-    const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
-                 v = to_float(rng.normal(s.kv_size()));
-    Floats out(s.q_size()), probs(s.probs_size());
-    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
-                      s.head_dim);
-    // k and v (seq, kv_heads, head_dim) serve as a cache with max_seq = seq; row pos of a causal
-    // forward only sees rows 0..pos, exactly what decode at pos sees.
-    const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
-    for (int pos = 0; pos < s.seq; ++pos) {
-        SCOPED_TRACE("pos " + std::to_string(pos));
-        Floats decoded(row);
-        attention_decode(decoded.data(), q.data() + pos * row, k.data(), v.data(), pos, s.heads, s.kv_heads,
-                         s.head_dim);
-        const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
-        expect_close(decoded, expected, 1e-6, "decode");
+// Decode reads a cache (keys transposed, values as rows) and must give row pos of the causal
+// forward bit for bit: the same multiply-add chains. Head dims below, at and above the tile width.
+TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
+    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 21, 2, 1, 16},
+                                    AttentionShape{1, 17, 3, 3, 40}}) {
+        Random rng;
+        SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
+        const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
+                     v = to_float(rng.normal(s.kv_size()));
+        Floats out(s.q_size()), probs(s.probs_size());
+        attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
+                          s.head_dim);
+        const int key_stride = attention_key_stride(s.seq);
+        Floats keys_t(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
+        store_keys_transposed(keys_t.data(), key_stride, k.data(), 0, s.seq, s.kv_heads, s.head_dim);
+        Floats values = v;
+        values.resize(v.size() + attention_value_slack_floats(), 0.0f);
+        // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.
+        const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
+        for (int pos = 0; pos < s.seq; ++pos) {
+            SCOPED_TRACE("pos " + std::to_string(pos));
+            Floats decoded(row);
+            attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(), pos,
+                             s.heads, s.kv_heads, s.head_dim);
+            const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
+            ASSERT_EQ(decoded, expected);
+        }
     }
 }
 

@@ -22,8 +22,8 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
-#include "model/inference.h"
-#include "model/ternary_pack.h"
+#include "infer/sampling.h"
+#include "infer/session.h"
 #include "test_helpers.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -73,16 +73,17 @@ struct DqtRun {
     std::vector<int32_t> greedy;
 };
 
-DqtRun run_dqt(const ModelParameters& model, const std::vector<int32_t>& prompt) {
-    KvCache cache(model.config, static_cast<int>(prompt.size()) + kGreedyTokens);
-    DecodeScratch scratch(model.config);
-    for (int32_t token : prompt) decode_token(model, cache, scratch, token);
+DqtRun run_dqt(const ModelParameters& parameters, const std::vector<int32_t>& prompt) {
+    const InferenceModel model(parameters);
+    InferenceSession session(model, static_cast<int>(prompt.size()) + kGreedyTokens);
+    const float* logits = nullptr;
+    for (int32_t token : prompt) logits = session.run(&token, 1, LogitRows::last);  // token by token: the decode path
     DqtRun run;
-    run.probabilities = softmax(scratch.logits.data(), model.config.vocab_size);
+    run.probabilities = softmax(logits, model.config.vocab_size);
     for (int i = 0; i < kGreedyTokens; ++i) {
-        const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
+        const int32_t next = sample_token(logits, model.config.vocab_size, SamplingOptions{0.0f}, 0.0f);
         run.greedy.push_back(next);
-        if (i + 1 < kGreedyTokens) decode_token(model, cache, scratch, next);
+        if (i + 1 < kGreedyTokens) logits = session.run(&next, 1, LogitRows::last);
     }
     return run;
 }
@@ -126,7 +127,6 @@ void expect_same_in_llamacpp(const LoadedModel& trained, const GgufExportOptions
     const std::string gguf = folder + "/model.gguf";
     export_gguf(*trained.model, *trained.tokenizer, export_options, gguf);
     LoadedModel imported = load_model_checkpoint(gguf);
-    pack_ternary_weights(*imported.model);
 
     const nlohmann::json response = run_llamacpp(
         {{"model", gguf}, {"threads", 1}, {"context", 128}, {"prompts", prompts}, {"greedy_tokens", kGreedyTokens},

@@ -194,9 +194,9 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
 
     // Analytic: the path the model takes.
     std::vector<float> xq = x0;
-    prepare_linear_input(model, weight, xq.data(), rows);
+    const LinearInput prepared(model, weight, xq.data(), rows);
     std::vector<float> y(rows * out), din(rows * in, 0.0f);
-    weight_linear_forward(model, weight, y.data(), xq.data(), rows);
+    weight_linear_forward(model, weight, y.data(), prepared, rows);
     std::vector<float> dw(weight.count(), 0.0f);
     weight_linear_backward_input(model, weight, din.data(), dout.data(), rows);
     weight_linear_backward_weight(model, weight, dw.data(), dout.data(), xq.data(), rows, 0, weight.rows);

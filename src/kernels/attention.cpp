@@ -164,12 +164,14 @@ struct ForwardWorkspace {
     float* k_t;     // (head_dim, seq_pad)
     float* v_rows;  // (seq, dim_pad)
     float* scores;  // (kTileRows, seq_pad) one tile row of scores
+    float* probs;   // (kTileRows, seq_pad) their softmax, when the caller saves no probs
 
     explicit ForwardWorkspace(const Dims& dm)
-        : carver(dm.transposed() + dm.rows() + dm.tile_row()),
+        : carver(dm.transposed() + dm.rows() + 2 * dm.tile_row()),
           k_t(carver.take(dm.transposed())),
           v_rows(carver.take(dm.rows())),
-          scores(carver.take(dm.tile_row())) {}
+          scores(carver.take(dm.tile_row())),
+          probs(carver.take(dm.tile_row())) {}
 };
 
 // Backward: the kv head's keys and transposed values, one query head's queries and output
@@ -198,7 +200,7 @@ struct BackwardWorkspace {
 };
 
 // One (batch, head): q, out (seq rows, q_stride apart); k, v (seq rows, kv_stride apart) of
-// its kv head; probs (seq, seq).
+// its kv head; probs (seq, seq), or null to keep only one tile row of them at a time.
 DQT_TARGET_CLONES
 void forward_head(float* out, float* probs, const float* q, const float* k, const float* v, const Dims& dm,
                   ForwardWorkspace& ws) {
@@ -217,11 +219,13 @@ void forward_head(float* out, float* probs, const float* q, const float* k, cons
             for (int r = 0; r < kTileRows; ++r)
                 store_vec(ws.scores + r * dm.seq_pad + j0, acc[r]);
         }
+        // This tile row's probabilities: in probs when they are saved, else in the workspace.
+        float* tile_probs = probs != nullptr ? probs + static_cast<ptrdiff_t>(i0) * T : ws.probs;
+        const ptrdiff_t probs_stride = probs != nullptr ? T : dm.seq_pad;
         for (int r = 0; r < valid; ++r)
-            softmax_row(probs + static_cast<ptrdiff_t>(i0 + r) * T, ws.scores + r * dm.seq_pad, i0 + r + 1, T,
-                        dm.scale);
+            softmax_row(tile_probs + r * probs_stride, ws.scores + r * dm.seq_pad, i0 + r + 1, T, dm.scale);
         // out = probs v
-        tile_rows(rows, probs, T, i0, T);
+        tile_rows(rows, tile_probs, probs_stride, 0, valid);
         for (int d0 = 0; d0 < D; d0 += kTileCols) {
             Tile acc = {};
             tile_accumulate(acc, rows, 1, ws.v_rows + d0, dm.dim_pad, 0, j_end);
@@ -304,18 +308,35 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
-// One head of attention_decode: q, out (head_dim); k, v (pos + 1 rows, kv_stride apart);
-// scores, probs (pos + 1).
+// One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
+// (each score and output element a chain of multiply-adds from zero, in the same order), so
+// decode gives the bits of the full forward's row pos. q, out (head_dim); keys_t (head_dim,
+// key_stride) this kv head's keys transposed; v (pos + 1 rows, kv_stride apart, readable
+// kTileCols floats past head_dim); scores, probs (round_up(pos + 1, kTileCols)).
 DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const float* k, const float* v, int pos, int head_dim,
-                 ptrdiff_t kv_stride, float* scores, float* probs) {
+void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
+                 ptrdiff_t kv_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
     const int n = pos + 1;
-    // dot_f32's independent lanes vectorise; a single running sum would not (no -ffast-math).
-    for (int j = 0; j < n; ++j) scores[j] = dot_f32(q, k + j * kv_stride, head_dim);
-    softmax_row(probs, scores, n, n, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))));
-    std::fill(out, out + head_dim, 0.0f);
-    for (int j = 0; j < n; ++j)
-        for (int d = 0; d < head_dim; ++d) out[d] += probs[j] * v[j * kv_stride + d];
+    for (int j0 = 0; j0 < n; j0 += kTileCols) {
+        Vec acc = {};
+        for (int d = 0; d < head_dim; ++d) {
+            Vec keys;
+            std::memcpy(&keys, keys_t + d * key_stride + j0, sizeof keys);
+            acc += q[d] * keys;
+        }
+        store_vec(scores + j0, acc);
+    }
+    softmax_row(probs, scores, n, n, scale);
+    for (int d0 = 0; d0 < head_dim; d0 += kTileCols) {
+        Vec acc = {};
+        for (int j = 0; j < n; ++j) {
+            Vec values;
+            std::memcpy(&values, v + j * kv_stride + d0, sizeof values);
+            acc += probs[j] * values;
+        }
+        const int width = std::min(kTileCols, head_dim - d0);
+        for (int l = 0; l < width; ++l) out[d0 + l] = acc[l];
+    }
 }
 
 void check_heads(int heads, int kv_heads) {
@@ -339,8 +360,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
             const int b = bh / heads, h = bh % heads;
             const ptrdiff_t q_off = static_cast<ptrdiff_t>(b) * seq * dm.q_stride + h * head_dim;
             const ptrdiff_t kv_off = static_cast<ptrdiff_t>(b) * seq * dm.kv_stride + (h / group) * head_dim;
-            forward_head(out + q_off, probs + static_cast<ptrdiff_t>(bh) * seq * seq, q + q_off, k + kv_off,
-                         v + kv_off, dm, ws);
+            float* head_probs = probs != nullptr ? probs + static_cast<ptrdiff_t>(bh) * seq * seq : nullptr;
+            forward_head(out + q_off, head_probs, q + q_off, k + kv_off, v + kv_off, dm, ws);
         }
     }
 }
@@ -370,18 +391,34 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
     }
 }
 
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int pos,
+int attention_key_stride(int max_seq) { return round_up(max_seq, kTileCols); }
+
+size_t attention_value_slack_floats() { return kTileCols; }
+
+void store_keys_transposed(float* keys_t, int key_stride, const float* k, int first_pos, int count, int kv_heads,
+                           int head_dim) {
+    const int kv_dim = kv_heads * head_dim;
+    for (int t = 0; t < count; ++t)
+        for (int e = 0; e < kv_dim; ++e)
+            keys_t[static_cast<ptrdiff_t>(e) * key_stride + first_pos + t] = k[static_cast<ptrdiff_t>(t) * kv_dim + e];
+}
+
+void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values, int pos,
                       int heads, int kv_heads, int head_dim) {
     check_heads(heads, kv_heads);
     const int group = heads / kv_heads;
     const ptrdiff_t kv_stride = static_cast<ptrdiff_t>(kv_heads) * head_dim;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    const size_t padded = static_cast<size_t>(round_up(pos + 1, kTileCols));
 #pragma omp parallel
     {
-        std::vector<float> scores(pos + 1), probs(pos + 1);  // small and transient
+        std::vector<float> scores(padded), probs(padded);  // small and transient
 #pragma omp for schedule(static)
         for (int h = 0; h < heads; ++h) {
-            const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = (h / group) * head_dim;
-            decode_head(out + q_off, q + q_off, k_cache + kv_off, v_cache + kv_off, pos, head_dim, kv_stride,
+            const int kv_head = h / group;
+            decode_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
+                        keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
+                        values + static_cast<ptrdiff_t>(kv_head) * head_dim, kv_stride, pos, head_dim, scale,
                         scores.data(), probs.data());
         }
     }

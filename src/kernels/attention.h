@@ -9,7 +9,8 @@ namespace dqt {
 
 // q (batch, seq, heads, head_dim); k, v (batch, seq, kv_heads, head_dim); heads % kv_heads == 0.
 // out (batch, seq, heads, head_dim) written; probs (batch, heads, seq, seq) written with the
-// causal softmax (zero above the diagonal), saved for backward.
+// causal softmax (zero above the diagonal), saved for backward; probs may be null (inference:
+// no backward), which gives the same out bit for bit without the (seq, seq) matrices.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int batch,
                        int seq, int heads, int kv_heads, int head_dim);
 
@@ -26,12 +27,19 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
                         const float* q, const float* k, const float* v, const float* probs, int batch, int seq,
                         int heads, int kv_heads, int head_dim);
 
-// One generation step with a KV cache: the new token at position pos attends to cache rows
-// 0..pos (row pos already holds its own key and value).
-// q (heads, head_dim); k_cache, v_cache (max_seq, kv_heads, head_dim) with max_seq > pos;
-// out (heads, head_dim) written. Equals row pos of attention_forward over the same keys, up to
-// float rounding.
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int pos,
+// A KV cache for attention_decode keeps keys transposed: keys_t (kv_heads, head_dim, key_stride),
+// key j of head h, dimension d at [(h * head_dim + d) * key_stride + j], and values as rows
+// (max_seq, kv_heads, head_dim) followed by attention_value_slack_floats() readable floats.
+int attention_key_stride(int max_seq);  // max_seq rounded up to the kernel's tile width
+size_t attention_value_slack_floats();
+// Writes keys k (count, kv_heads, head_dim) of positions first_pos .. first_pos + count - 1.
+void store_keys_transposed(float* keys_t, int key_stride, const float* k, int first_pos, int count, int kv_heads,
+                           int head_dim);
+
+// One generation step: the token at position pos attends to cache positions 0..pos (pos
+// already holds its own key and value). q, out (heads, head_dim). Equals row pos of
+// attention_forward over the same keys and values bit for bit (the same multiply-add chains).
+void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values, int pos,
                       int heads, int kv_heads, int head_dim);
 
 }  // namespace dqt

@@ -29,15 +29,18 @@ float quantize_row_int8(const float* x, int cols, int8_t* a, int32_t* sum_out) {
     return quantize_row(x, cols, a, sum_out);
 }
 
+void Int8Rows::reshape(int new_rows, int new_cols) {
+    if (rows == new_rows && cols == new_cols) return;
+    rows = new_rows;
+    cols = new_cols;
+    padded_cols = int8_padded_cols(cols);
+    values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * padded_cols);  // zeroed padding
+    scales.assign(static_cast<size_t>(rows), 0.0f);
+    sums.assign(static_cast<size_t>(rows), 0);
+}
+
 void quantize_rows_int8(const float* x, int rows, int cols, Int8Rows& out) {
-    if (out.rows != rows || out.cols != cols) {
-        out.rows = rows;
-        out.cols = cols;
-        out.padded_cols = int8_padded_cols(cols);
-        out.values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * out.padded_cols);  // zeroed padding
-        out.scales.assign(rows, 0.0f);
-        out.sums.assign(rows, 0);
-    }
+    out.reshape(rows, cols);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; ++r)
         out.scales[r] = quantize_row(x + static_cast<size_t>(r) * cols, cols,

@@ -35,6 +35,10 @@ struct Int8Rows {
     std::vector<int32_t> sums;   // (rows) sum of a over the row
 
     const int8_t* row(int r) const { return values.data() + static_cast<size_t>(r) * padded_cols; }
+    int8_t* mutable_row(int r) { return values.data() + static_cast<size_t>(r) * padded_cols; }
+    // Sizes the buffers for (rows, cols), reallocating (zeroed) only when the shape changes;
+    // for callers that fill the rows themselves with quantize_row_int8.
+    void reshape(int new_rows, int new_cols);
 };
 
 // x (rows, cols) -> out, reallocating out only when its shape changes. Parallel over rows.

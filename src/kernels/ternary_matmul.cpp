@@ -12,6 +12,14 @@ namespace dqt {
 
 namespace {
 
+// Checked with if, not require(): the message would be built on every call.
+void check_operands(const TernaryMatrix& w, const Int8Rows& x, TernaryIsa isa) {
+    if (x.cols != w.cols)
+        throw Error("ternary_matmul: activations have " + std::to_string(x.cols) + " columns, weights " +
+                    std::to_string(w.cols));
+    if (!ternary_isa_supported(isa)) throw Error(std::string("ternary_matmul: this CPU lacks ") + ternary_isa_name(isa));
+}
+
 TernaryTileKernel tile_kernel(TernaryIsa isa) {
     switch (isa) {
         case TernaryIsa::avx2: return ternary_tile_kernel_avx2();
@@ -86,18 +94,23 @@ TernaryIsa best_ternary_isa() {
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out) { ternary_matmul(w, x, out, best_ternary_isa()); }
 
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, TernaryIsa isa) {
-    require(x.cols == w.cols, "ternary_matmul: activations have " + std::to_string(x.cols) + " columns, weights " +
-                                  std::to_string(w.cols));
-    require(ternary_isa_supported(isa), std::string("ternary_matmul: this CPU lacks ") + ternary_isa_name(isa));
+    check_operands(w, x, isa);
+    const int w_tiles = (w.rows + kTileWeightRows - 1) / kTileWeightRows;
+    // Weight tiles split over the threads; each tile's rows stay in L1 while every activation row passes.
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < w_tiles; ++t)
+        ternary_matmul_rows(w, x, out, static_cast<size_t>(w.rows), t * kTileWeightRows,
+                            std::min(w.rows, (t + 1) * kTileWeightRows), isa);
+}
+
+void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
+                         int row_end, TernaryIsa isa) {
+    check_operands(w, x, isa);
     const TernaryTileKernel kernel = tile_kernel(isa);
     const int blocks = w.padded_cols / kTernaryBlock;
-    const int w_tiles = (w.rows + kTileWeightRows - 1) / kTileWeightRows;
     const int a_tiles = (x.rows + kernel.max_a_rows - 1) / kernel.max_a_rows;
-    // Weight tiles outermost: a tile's rows stay in L1 while every activation row passes.
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < w_tiles; ++t) {
-        const int w_first = t * kTileWeightRows;
-        const int w_count = std::min(kTileWeightRows, w.rows - w_first);
+    for (int w_first = row_begin; w_first < row_end; w_first += kTileWeightRows) {
+        const int w_count = std::min(kTileWeightRows, row_end - w_first);
         const uint8_t* w_rows[kTileWeightRows];
         for (int i = 0; i < w_count; ++i) w_rows[i] = w.row(w_first + i);
         for (int u = 0; u < a_tiles; ++u) {
@@ -110,7 +123,7 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Terna
             for (int j = 0; j < a_count; ++j) {
                 const int r = a_first + j;
                 const float factor = int8_output_factor(w.gamma, x.scales[r]);
-                float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
+                float* out_row = out + static_cast<size_t>(r) * out_stride + w_first;
                 for (int i = 0; i < w_count; ++i)
                     out_row[i] = factor * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
             }

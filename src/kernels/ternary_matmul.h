@@ -60,6 +60,10 @@ TernaryIsa best_ternary_isa();               // the fastest supported path
 // x.cols must equal w.cols; dqt::Error for a path this CPU lacks.
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out);
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, TernaryIsa isa);
+// Weight rows [row_begin, row_end) only, on the calling thread (for callers that split the
+// work themselves): out[r * out_stride + o] for o in the range. dqt::Error as ternary_matmul.
+void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
+                         int row_end, TernaryIsa isa);
 
 // The slow reference: weight by weight through ternary_code_at, int64 sums.
 void ternary_matmul_reference(const TernaryMatrix& w, const Int8Rows& x, float* out);

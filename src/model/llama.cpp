@@ -88,10 +88,12 @@ double model_forward(const ModelParameters& model, Activations& acts, bool with_
 
         // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
         rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), value(p.attn_norm), N, C, c.norm_eps);
-        prepare_linear_input(model, *p.wq, a.ln1.data(), N);  // q, k, v share one input and one method
-        weight_linear_forward(model, *p.wq, a.q.data(), a.ln1.data(), N);
-        weight_linear_forward(model, *p.wk, a.k.data(), a.ln1.data(), N);
-        weight_linear_forward(model, *p.wv, a.v.data(), a.ln1.data(), N);
+        {
+            const LinearInput in(model, *p.wq, a.ln1.data(), N);  // q, k, v share one input and one method
+            weight_linear_forward(model, *p.wq, a.q.data(), in, N);
+            weight_linear_forward(model, *p.wk, a.k.data(), in, N);
+            weight_linear_forward(model, *p.wv, a.v.data(), in, N);
+        }
         rope_forward(a.q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
         rope_forward(a.k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
         attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
@@ -102,30 +104,29 @@ double model_forward(const ModelParameters& model, Activations& acts, bool with_
                             c.norm_eps);
             att_out = a.att_sub.data();
         }
-        prepare_linear_input(model, *p.wo, att_out, N);
-        weight_linear_forward(model, *p.wo, a.mid.data(), att_out, N);
+        weight_linear_forward(model, *p.wo, a.mid.data(), LinearInput(model, *p.wo, att_out, N), N);
         add_in_place(a.mid.data(), a.input.data(), static_cast<size_t>(N) * C);
 
         // Feed-forward block: mid + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(mid).
         rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), value(p.ffn_norm), N, C, c.norm_eps);
-        prepare_linear_input(model, *p.w_gate, a.ln2.data(), N);
-        weight_linear_forward(model, *p.w_gate, a.gate.data(), a.ln2.data(), N);
-        weight_linear_forward(model, *p.w_up, a.up.data(), a.ln2.data(), N);
+        {
+            const LinearInput in(model, *p.w_gate, a.ln2.data(), N);
+            weight_linear_forward(model, *p.w_gate, a.gate.data(), in, N);
+            weight_linear_forward(model, *p.w_up, a.up.data(), in, N);
+        }
         swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
         float* ffn_in = a.h.data();
         if (c.subln) {
             rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), value(p.ffn_subnorm), N, F, c.norm_eps);
             ffn_in = a.h_sub.data();
         }
-        prepare_linear_input(model, *p.w_down, ffn_in, N);
-        weight_linear_forward(model, *p.w_down, next, ffn_in, N);
+        weight_linear_forward(model, *p.w_down, next, LinearInput(model, *p.w_down, ffn_in, N), N);
         add_in_place(next, a.mid.data(), static_cast<size_t>(N) * C);
     }
 
     rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), value(w.output_norm), N, C,
                     c.norm_eps);
-    prepare_linear_input(model, *w.output, acts.lnf.data(), N);
-    weight_linear_forward(model, *w.output, acts.logits.data(), acts.lnf.data(), N);
+    weight_linear_forward(model, *w.output, acts.logits.data(), LinearInput(model, *w.output, acts.lnf.data(), N), N);
     if (!with_targets) return 0.0;
     return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f);
 }

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/int8_rows.h"
 #include "kernels/linear.h"
-#include "kernels/ternary_matmul.h"
 #include "model/gradient_sink.h"
-#include "quant/activation_quant.h"
 #include "quant/bf16.h"
+#include "quant/codes.h"
 #include "quant/ternary.h"
 
 namespace dqt {
@@ -40,9 +41,54 @@ DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor
     data_ = scratch_.data();
 }
 
-void prepare_linear_input(const ModelParameters& model, const ParamTensor& weight, float* in, int rows) {
-    if (weight.quantized) absmax_quantize_rows(in, rows, weight.cols);
-    if (model.method.compute == ComputeDtype::bf16) round_to_bf16_in_place(in, static_cast<size_t>(rows) * weight.cols);
+float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight) {
+    require(weight.quantized, "quantized_weight_scale: " + weight.name + " is not quantized");
+    if (weight.storage == TensorStorage::codes) return 1.0f / model.scale(weight);
+    return static_cast<float>(mean_abs(model.value(weight), weight.count()));  // bitnet's gamma
+}
+
+void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end,
+                          int8_t* q) {
+    const size_t first = static_cast<size_t>(row_begin) * weight.cols;
+    const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
+    if (weight.storage == TensorStorage::codes) {
+        const uint8_t* codes = model.code(weight) + code_bytes(model.method.grid, first);
+        const CodeGrid& grid = model.method.grid;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < count; ++i) q[i] = static_cast<int8_t>(read_code(codes, grid, i));
+        return;
+    }
+    ternary_codes_with_gamma(q, model.value(weight) + first, count, quantized_weight_scale(model, weight));
+}
+
+LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows)
+    : operand_(in) {
+    const size_t count = static_cast<size_t>(rows) * weight.cols;
+    if (!weight.quantized) {
+        if (model.method.compute == ComputeDtype::bf16) round_to_bf16_in_place(in, count);
+        return;
+    }
+    integers_ = Array<float>(MemCategory::scratch, count);
+    scales_.assign(static_cast<size_t>(rows), 0.0f);
+    const int cols = weight.cols;
+#pragma omp parallel
+    {
+        std::vector<int8_t> a(static_cast<size_t>(cols));  // per thread
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; ++r) {
+            float* x = in + static_cast<size_t>(r) * cols;
+            float* integers = integers_.data() + static_cast<size_t>(r) * cols;
+            const float s = quantize_row_int8(x, cols, a.data(), nullptr);
+            scales_[static_cast<size_t>(r)] = s;
+            for (int j = 0; j < cols; ++j) {
+                integers[j] = static_cast<float>(a[j]);
+                x[j] = static_cast<float>(a[j]) / s;  // the fake-quantized row (quant/activation_quant.h)
+            }
+        }
+    }
+    // Integers up to 128 are exact in bf16: under bf16 compute only the saved a / s is rounded.
+    if (model.method.compute == ComputeDtype::bf16) round_to_bf16_in_place(in, count);
+    operand_ = integers_.data();
 }
 
 namespace {
@@ -53,31 +99,46 @@ int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
     return weight.quantized ? gradient_piece_rows(model.layout, weight) : weight.rows;
 }
 
+// Rows [row_begin, row_end) of a quantized weight's integer codes q, as floats in scratch.
+Array<float> integer_weight_rows(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end) {
+    const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
+    Array<int8_t> q(MemCategory::scratch, count);
+    read_quantized_codes(model, weight, row_begin, row_end, q.data());
+    Array<float> values(MemCategory::scratch, count);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) values[i] = static_cast<float>(q[i]);
+    return values;
+}
+
+// The integer product's epilogue: out[r][o] = int8_output_factor(weight_scale, s_r) * out[r][o].
+void scale_integer_products(float* out, int rows, int cols, int ld, const LinearInput& in, float weight_scale) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+        const float factor = int8_output_factor(weight_scale, in.scale(r));
+        float* row = out + static_cast<size_t>(r) * ld;
+        for (int o = 0; o < cols; ++o) row[o] = factor * row[o];
+    }
+}
+
 }  // namespace
 
-void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
+void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const LinearInput& in,
                            int rows) {
-    const size_t id = static_cast<size_t>(weight.tensor_id);
-    if (id < model.ternary_packed.size() && model.ternary_packed[id].rows > 0) {
-        // Packed for inference: the input rows are already on the 8-bit grid
-        // (prepare_linear_input), so this recovers their integers exactly.
-        Int8Rows quantized;
-        quantize_rows_int8(in, rows, weight.cols, quantized);
-        ternary_matmul(model.ternary_packed[id], quantized, out);
-        return;
-    }
-    const int slice = read_slice_rows(model, weight);
-    if (slice >= weight.rows) {
+    if (!weight.quantized) {
         const DenseWeight w(model, weight);
-        linear_forward(out, in, w.data(), rows, weight.cols, weight.rows);
+        linear_forward(out, in.operand(), w.data(), rows, weight.cols, weight.rows);
         return;
     }
+    require(in.quantized(), "weight_linear_forward: the input of " + weight.name + " was prepared for an fp weight");
+    const float weight_scale = quantized_weight_scale(model, weight);
+    const int slice = read_slice_rows(model, weight);
     for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
         const int row_end = std::min(weight.rows, row_begin + slice);
-        const DenseWeight w(model, weight, row_begin, row_end);
-        // out[:, row_begin:row_end] = in · W[row_begin:row_end]^T
-        gemm(false, true, rows, row_end - row_begin, weight.cols, 1.0f, in, weight.cols, w.data(), weight.cols, 0.0f,
-             out + row_begin, weight.rows);
+        const Array<float> q = integer_weight_rows(model, weight, row_begin, row_end);
+        // out[:, row_begin:row_end] = a · q[row_begin:row_end]^T: exact integers
+        gemm(false, true, rows, row_end - row_begin, weight.cols, 1.0f, in.operand(), weight.cols, q.data(),
+             weight.cols, 0.0f, out + row_begin, weight.rows);
+        scale_integer_products(out + row_begin, rows, row_end - row_begin, weight.rows, in, weight_scale);
     }
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 // How the forward and backward passes read a weight under each training method, and the
-// linear and embedding ops on top of that. The only place that knows how weights are stored.
+// linear and embedding ops on top of that, for the training passes.
+#include <cstdint>
+#include <vector>
+
 #include "core/memory.h"
 #include "model/parameters.h"
 
@@ -25,14 +28,41 @@ private:
     const float* data_ = nullptr;
 };
 
-// Prepares, in place, the input rows (rows, weight.cols) of a linear: 8-bit absmax per token
-// when the weight is quantized (straight-through: the backward treats this as identity),
-// then bf16 rounding under bf16 compute. Call once per input, before the linears reading it.
-void prepare_linear_input(const ModelParameters& model, const ParamTensor& weight, float* in, int rows);
+// A quantized weight as the integers its forward multiplies, W = q * weight_scale:
+//   bitnet: q = the absmean ternary codes of the latents, weight_scale = mean|W| of the tensor;
+//   dqt:    q = the stored codes, weight_scale = 1 / scale.
+// Inference packs the same q with the same weight_scale (infer/inference_model.h).
+float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight);
+// q (row_end - row_begin, cols) of rows [row_begin, row_end); row_begin * cols a multiple of 4.
+void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end,
+                          int8_t* q);
+
+// The input rows (rows, weight.cols) of a linear, prepared once per input for every linear
+// reading it (q, k and v share one):
+//   fp weights: the rows themselves (rounded to bf16 in place under bf16 compute);
+//   quantized:  each row x is quantized to int8 (kernels/int8_rows.h: a, s); `in` becomes the
+//               fake-quantized a / s in place, which the straight-through backward reads, and
+//               the forward multiplies the integers a (kept here as floats) with the integer
+//               weight codes, then scales by int8_output_factor(weight_scale, s): the very
+//               arithmetic of the integer inference kernels, so a ternary model's training
+//               forward and its inference agree bit for bit (integer sums below 2^24 are
+//               exact in fp32 whatever the GEMM's order).
+class LinearInput {
+public:
+    LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows);
+    bool quantized() const { return !scales_.empty(); }
+    const float* operand() const { return operand_; }  // (rows, cols) what the product multiplies
+    float scale(int row) const { return scales_[static_cast<size_t>(row)]; }  // s, quantized only
+
+private:
+    const float* operand_ = nullptr;
+    Array<float> integers_;     // (rows, cols) the int8 values a as floats, category scratch
+    std::vector<float> scales_; // (rows)
+};
 
 // out (rows, weight.rows) = in (rows, weight.cols) · W^T. A quantized embedding-sized weight
 // (the lm_head) is read in slices of gradient_piece_rows, so its dense copy stays small.
-void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const float* in,
+void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const LinearInput& in,
                            int rows);
 
 // din (rows, weight.cols) += dout (rows, weight.rows) · W.

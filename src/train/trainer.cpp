@@ -17,10 +17,10 @@
 #include "dist/comm.h"
 #include "dist/shard_plan.h"
 #include "dist/sharded_state.h"
+#include "infer/evaluate.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
 #include "optim/schedule.h"
-#include "train/evaluate.h"
 #include "train/memory_report.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
@@ -153,7 +153,9 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     }
 
     auto run_eval = [&](int step) {
-        const EvalResult result = evaluate(model, acts, data.val, options.eval_tokens, comm);
+        // Built anew from the current weights; fp32 tensors are read in place, not copied.
+        const InferenceModel inference(model, WeightSource::borrow);
+        const EvalResult result = evaluate(inference, data.val, T, options.eval_tokens, comm);
         if (metrics) {
             metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
                              {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});

@@ -1,10 +1,11 @@
 #pragma once
-// Text generation: encode a prompt, run it through the KV cache, sample new tokens.
+// Text generation: encode a prompt, run it through one inference session, sample new tokens.
 #include <functional>
 #include <string>
 
 #include "data/tokenizer.h"
-#include "model/inference.h"
+#include "infer/inference_model.h"
+#include "infer/sampling.h"
 
 namespace dqt {
 
@@ -15,8 +16,10 @@ struct GenerationResult {
     double tokens_per_second = 0.0;  // decode speed of the generated tokens
 };
 
-// on_text (optional) receives each new piece of text as soon as it is decodable.
-GenerationResult generate_text(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& prompt,
+// on_text (optional) receives each new piece of text as soon as it is decodable. dqt::Error for
+// a prompt that leaves no room in the context for a new token; generation stops when the
+// context is full.
+GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                                int max_new_tokens, const SamplingOptions& sampling,
                                const std::function<void(const std::string&)>& on_text = nullptr);
 

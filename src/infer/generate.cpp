@@ -1,4 +1,4 @@
-#include "train/generate.h"
+#include "infer/generate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,23 +6,24 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "infer/session.h"
 
 namespace dqt {
 
-GenerationResult generate_text(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& prompt,
+GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                                int max_new_tokens, const SamplingOptions& sampling,
                                const std::function<void(const std::string&)>& on_text) {
     require(max_new_tokens >= 0, "--tokens must not be negative");
     std::vector<int32_t> tokens = tokenizer.encode(prompt);
     require(!tokens.empty(), "the prompt is empty: give at least one character with --prompt");
     const int context = model.config.seq_len;
-    // Keep the most recent tokens if the prompt alone would fill the context.
-    if (static_cast<int>(tokens.size()) > context - 1) tokens.erase(tokens.begin(), tokens.end() - (context - 1));
+    if (static_cast<int>(tokens.size()) >= context)
+        throw Error("the prompt is " + std::to_string(tokens.size()) + " tokens, but the model's context holds " +
+                    std::to_string(context) + " with room for one new token: shorten --prompt");
     const int budget = std::min(max_new_tokens, context - static_cast<int>(tokens.size()));
 
-    KvCache cache(model.config, context);
-    DecodeScratch scratch(model.config);
-    prefill(model, cache, scratch, tokens.data(), static_cast<int>(tokens.size()));
+    InferenceSession session(model, context);
+    const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()), LogitRows::last);
 
     GenerationResult result;
     result.prompt_tokens = static_cast<int>(tokens.size());
@@ -30,8 +31,8 @@ GenerationResult generate_text(const ModelParameters& model, const Tokenizer& to
     size_t emitted_chars = 0;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < budget; ++i) {
-        const float u = uniform01(sampling.seed, kStreamSample, static_cast<uint32_t>(cache.length), 0);
-        const int32_t next = sample_token(scratch.logits.data(), model.config.vocab_size, sampling, u);
+        const float u = uniform01(sampling.seed, kStreamSample, static_cast<uint32_t>(session.position()), 0);
+        const int32_t next = sample_token(logits, model.config.vocab_size, sampling, u);
         generated.push_back(next);
         if (on_text) {
             // Decode the whole continuation and emit what is new; a byte-level tokenizer may
@@ -42,7 +43,7 @@ GenerationResult generate_text(const ModelParameters& model, const Tokenizer& to
                 emitted_chars = text.size();
             }
         }
-        if (i + 1 < budget) decode_token(model, cache, scratch, next);
+        if (i + 1 < budget) logits = session.run(&next, 1, LogitRows::last);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.text = tokenizer.decode(generated);
