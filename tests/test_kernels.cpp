@@ -327,16 +327,16 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
                           s.head_dim);
         const int key_stride = attention_key_stride(s.seq);
         Floats keys_t(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
-        store_keys_transposed(keys_t.data(), key_stride, k.data(), 0, s.seq, s.kv_heads, s.head_dim);
-        Floats values = v;
-        values.resize(v.size() + attention_value_slack_floats(), 0.0f);
+        Floats values(v.size() + attention_value_slack_floats(), 0.0f);
+        store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+                              s.kv_heads, s.head_dim);
         // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.
         const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
         for (int pos = 0; pos < s.seq; ++pos) {
             SCOPED_TRACE("pos " + std::to_string(pos));
             Floats decoded(row);
-            attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(), pos,
-                             s.heads, s.kv_heads, s.head_dim);
+            attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(), s.seq,
+                             pos, s.heads, s.kv_heads, s.head_dim);
             const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
             ASSERT_EQ(decoded, expected);
         }

@@ -63,6 +63,7 @@ void InferenceSession::reserve(int n) {
     normed_ = Array<float>(s, N * C);
     q_ = Array<float>(s, N * C);
     k_ = Array<float>(s, N * c.kv_dim());
+    v_ = Array<float>(s, N * c.kv_dim());
     att_ = Array<float>(s, N * C);
     att_sub_ = c.subln ? Array<float>(s, N * C) : Array<float>();
     proj_ = Array<float>(s, N * C);
@@ -122,16 +123,16 @@ void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const 
 void InferenceSession::attention(int layer, int n) {
     const ModelConfig& c = model_.config;
     const int pos = cache_.length, C = c.dim;
-    const float* values = cache_.values[static_cast<size_t>(layer)].data();
     if (pos == 0) {
         // The training forward's attention over the n new rows (B = 1, T = n).
-        attention_forward(att_.data(), nullptr, q_.data(), k_.data(), values, 1, n, c.n_heads, c.n_kv_heads,
+        attention_forward(att_.data(), nullptr, q_.data(), k_.data(), v_.data(), 1, n, c.n_heads, c.n_kv_heads,
                           c.head_dim());
         return;
     }
     for (int i = 0; i < n; ++i)
         attention_decode(att_.data() + static_cast<size_t>(i) * C, q_.data() + static_cast<size_t>(i) * C,
-                         cache_.keys[static_cast<size_t>(layer)].data(), cache_.key_stride, values, pos + i, c.n_heads,
+                         cache_.keys[static_cast<size_t>(layer)].data(), cache_.key_stride,
+                         cache_.values[static_cast<size_t>(layer)].data(), cache_.max_seq, pos + i, c.n_heads,
                          c.n_kv_heads, c.head_dim());
 }
 
@@ -146,21 +147,21 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
                         std::to_string(c.vocab_size));
     reserve(n);
-    const int pos = cache_.length, C = c.dim, F = c.ffn_dim, KV = c.kv_dim(), D = c.head_dim();
+    const int pos = cache_.length, C = c.dim, F = c.ffn_dim, D = c.head_dim();
     const size_t NC = static_cast<size_t>(n) * C, NF = static_cast<size_t>(n) * F;
 
     model_.embedding.lookup(tokens, n, x_.data());
     for (int l = 0; l < c.n_layers; ++l) {
         const InferenceLayer& w = model_.layers[static_cast<size_t>(l)];
-        float* v_rows = cache_.values[static_cast<size_t>(l)].data() + static_cast<size_t>(pos) * KV;  // (n, Hkv, D)
 
         // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
         rmsnorm_forward(normed_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, c.norm_eps);
-        run_linears({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_rows}}, normed_.data(), n);
+        run_linears({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, normed_.data(), n);
         rope_forward(q_.data(), 1, n, c.n_heads, D, pos, c.rope_theta);
         rope_forward(k_.data(), 1, n, c.n_kv_heads, D, pos, c.rope_theta);
-        store_keys_transposed(cache_.keys[static_cast<size_t>(l)].data(), cache_.key_stride, k_.data(), pos, n,
-                              c.n_kv_heads, D);
+        store_keys_and_values(cache_.keys[static_cast<size_t>(l)].data(), cache_.key_stride,
+                              cache_.values[static_cast<size_t>(l)].data(), cache_.max_seq, k_.data(), v_.data(), pos,
+                              n, c.n_kv_heads, D);
         attention(l, n);
         const float* att_out = att_.data();
         if (c.subln) {

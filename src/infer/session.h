@@ -18,13 +18,13 @@
 namespace dqt {
 
 // Keys and values of every layer for positions [0, length), fp32 after RoPE, in the layout
-// attention_decode reads (kernels/attention.h): keys transposed, values as rows.
+// attention_decode reads (kernels/attention.h): per kv head, keys transposed and values as rows.
 struct KvCache {
     int max_seq = 0;
     int key_stride = 0;                // attention_key_stride(max_seq)
     int length = 0;                    // positions filled
     std::vector<Array<float>> keys;    // per layer (Hkv, D, key_stride), category activations
-    std::vector<Array<float>> values;  // per layer (max_seq, Hkv, D) + the kernel's slack
+    std::vector<Array<float>> values;  // per layer (Hkv, max_seq, D) + the kernel's slack
     KvCache(const ModelConfig& config, int max_seq);
     size_t bytes() const;
 };
@@ -66,7 +66,8 @@ private:
     Array<float> x_;       // (n, C) residual stream
     Array<float> normed_;  // (n, C), later the logits' input
     Array<float> q_;       // (n, C)
-    Array<float> k_;       // (n, Hkv, D) before they go to the cache, transposed
+    Array<float> k_;       // (n, Hkv, D) before they go to the cache
+    Array<float> v_;       // (n, Hkv, D)
     Array<float> att_;     // (n, C)
     Array<float> att_sub_; // (n, C)
     Array<float> proj_;    // (n, C)

@@ -311,11 +311,11 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
 // decode gives the bits of the full forward's row pos. q, out (head_dim); keys_t (head_dim,
-// key_stride) this kv head's keys transposed; v (pos + 1 rows, kv_stride apart, readable
+// key_stride) this kv head's keys transposed; v (pos + 1 rows, v_row_stride apart, readable
 // kTileCols floats past head_dim); scores, probs (round_up(pos + 1, kTileCols)).
 DQT_TARGET_CLONES
 void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
-                 ptrdiff_t kv_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
     const int n = pos + 1;
     for (int j0 = 0; j0 < n; j0 += kTileCols) {
         Vec acc = {};
@@ -331,7 +331,7 @@ void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_
         Vec acc = {};
         for (int j = 0; j < n; ++j) {
             Vec values;
-            std::memcpy(&values, v + j * kv_stride + d0, sizeof values);
+            std::memcpy(&values, v + j * v_row_stride + d0, sizeof values);
             acc += probs[j] * values;
         }
         const int width = std::min(kTileCols, head_dim - d0);
@@ -395,19 +395,25 @@ int attention_key_stride(int max_seq) { return round_up(max_seq, kTileCols); }
 
 size_t attention_value_slack_floats() { return kTileCols; }
 
-void store_keys_transposed(float* keys_t, int key_stride, const float* k, int first_pos, int count, int kv_heads,
-                           int head_dim) {
+void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
     const int kv_dim = kv_heads * head_dim;
-    for (int t = 0; t < count; ++t)
-        for (int e = 0; e < kv_dim; ++e)
-            keys_t[static_cast<ptrdiff_t>(e) * key_stride + first_pos + t] = k[static_cast<ptrdiff_t>(t) * kv_dim + e];
+    for (int t = 0; t < count; ++t) {
+        const ptrdiff_t pos = first_pos + t;
+        for (int h = 0; h < kv_heads; ++h) {
+            const float* k_head = k + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
+            for (int d = 0; d < head_dim; ++d)
+                keys_t[(static_cast<ptrdiff_t>(h) * head_dim + d) * key_stride + pos] = k_head[d];
+            std::memcpy(values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim,
+                        v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim, static_cast<size_t>(head_dim) * sizeof(float));
+        }
+    }
 }
 
-void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values, int pos,
-                      int heads, int kv_heads, int head_dim) {
+void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
     check_heads(heads, kv_heads);
     const int group = heads / kv_heads;
-    const ptrdiff_t kv_stride = static_cast<ptrdiff_t>(kv_heads) * head_dim;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const size_t padded = static_cast<size_t>(round_up(pos + 1, kTileCols));
 #pragma omp parallel
@@ -418,7 +424,7 @@ void attention_decode(float* out, const float* q, const float* keys_t, int key_s
             const int kv_head = h / group;
             decode_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
                         keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
-                        values + static_cast<ptrdiff_t>(kv_head) * head_dim, kv_stride, pos, head_dim, scale,
+                        values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, head_dim, pos, head_dim, scale,
                         scores.data(), probs.data());
         }
     }

@@ -106,6 +106,11 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Terna
 void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
                          int row_end, TernaryIsa isa) {
     check_operands(w, x, isa);
+    if (x.rows == 1 && isa == TernaryIsa::avx512_vnni) {
+        ternary_decode_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
+                                        int8_output_factor(w.gamma, x.scales[0]), w.padded_cols / kTernaryBlock, out);
+        return;
+    }
     const TernaryTileKernel kernel = tile_kernel(isa);
     const int blocks = w.padded_cols / kTernaryBlock;
     const int a_tiles = (x.rows + kernel.max_a_rows - 1) / kernel.max_a_rows;

@@ -4,6 +4,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "kernels/ternary_matmul.h"
 
 namespace dqt {
@@ -125,6 +129,82 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
         }
     }
 }
+
+// ---- AVX-512 VNNI, decode: 16 weight rows x 1 activation row ------------------------------
+// GCC 12's unpack and convert intrinsics trip its own uninitialised-value warning (an
+// undefined merge source inside the intrinsic).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+constexpr size_t kPrefetchRows = 16;
+
+// The activation row rearranged so that the 64 values shift n of a block pairs with are
+// contiguous: out[256b + 64n + 32h + m] = a[256b + 128h + 32n + m].
+void interleave_for_codes(const int8_t* a, int blocks, int8_t* out) {
+    for (int b = 0; b < blocks; ++b)
+        for (int n = 0; n < 4; ++n)
+            for (int h = 0; h < 2; ++h)
+                std::memcpy(out + 256 * b + 64 * n + 32 * h, a + 256 * b + 128 * h + 32 * n, 32);
+}
+
+// Sixteen vectors of 16 int32 lanes -> one vector whose lane i is the sum of vector i's lanes.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(const __m512i (&v)[16]) {
+    __m512i pairs[8], quads[4], octets[2];
+    // Within each 128-bit lane: (x0 + x2, y0 + y2, x1 + x3, y1 + y3) for vectors x, y.
+    for (int i = 0; i < 8; ++i)
+        pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                    _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    // Each 128-bit lane now holds one partial sum of each of four vectors, in order.
+    for (int i = 0; i < 4; ++i)
+        quads[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * i], pairs[2 * i + 1]),
+                                    _mm512_unpackhi_epi64(pairs[2 * i], pairs[2 * i + 1]));
+    // Add the 128-bit lanes pairwise: lanes (0 + 1, 2 + 3) of two quads side by side.
+    for (int i = 0; i < 2; ++i)
+        octets[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(octets[0], octets[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(octets[0], octets[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_decode_rows_avx512_vnni(
+    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, int32_t a_sum,
+    float factor, int blocks, float* out) {
+    thread_local std::vector<int8_t> interleaved;  // (blocks * 256), reused across calls
+    interleaved.resize(static_cast<size_t>(blocks) * kTernaryBlock);
+    interleave_for_codes(a, blocks, interleaved.data());
+    const __m512i low2 = _mm512_set1_epi8(3);
+    for (int first = row_begin; first < row_end; first += 16) {
+        const int count = std::min(16, row_end - first);
+        const uint8_t* rows[16];
+        for (int i = 0; i < 16; ++i) rows[i] = packed + static_cast<size_t>(first + std::min(i, count - 1)) * row_bytes;
+        __m512i acc[16];
+        for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_si512();
+        for (int b = 0; b < blocks; ++b) {
+            const int8_t* a_block = interleaved.data() + static_cast<size_t>(b) * kTernaryBlock;
+            const __m512i a0 = _mm512_loadu_si512(a_block), a1 = _mm512_loadu_si512(a_block + 64),
+                          a2 = _mm512_loadu_si512(a_block + 128), a3 = _mm512_loadu_si512(a_block + 192);
+            for (int i = 0; i < 16; ++i) {
+                const uint8_t* block = rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes;
+                // The same line of the next tile's row: tiles of short rows are one 4 KiB page
+                // each, where the hardware prefetcher starts over.
+                _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchRows * row_bytes), _MM_HINT_T0);
+                const __m512i w = _mm512_loadu_si512(block);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(w, low2), a0);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 2), low2), a1);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 4), low2), a2);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 6), low2), a3);
+            }
+        }
+        const __m512i dots = _mm512_sub_epi32(fold16(acc), _mm512_set1_epi32(a_sum));
+        const __m512 values = _mm512_mul_ps(_mm512_set1_ps(factor), _mm512_cvtepi32_ps(dots));
+        _mm512_mask_storeu_ps(out + first, static_cast<__mmask16>((1u << count) - 1), values);
+    }
+}
+#pragma GCC diagnostic pop
+
+namespace {
 
 // Adapters that give every instruction set the same template shape, and the switch that runs
 // the instantiation for the tile's actual size (edge tiles are smaller).

@@ -3,6 +3,7 @@
 // is up to 4 packed weight rows times up to max_a_rows int8 activation rows; it writes
 //   dots[i * 4 + j] = sum over the row of (q + 1)[weight row i] * a[activation row j]
 // over `blocks` blocks of 256 weights, exactly in int32. The caller subtracts sum(a).
+#include <cstddef>
 #include <cstdint>
 
 namespace dqt {
@@ -17,6 +18,14 @@ struct TernaryTileKernel {
     TernaryTileFunction run;
     int max_a_rows;  // 1 to 4
 };
+
+// The decode shape (one activation row) on AVX-512 VNNI: weight rows [row_begin, row_end) of
+// `rows` packed rows (row_bytes apart) against one int8 row `a` (blocks * 256 values), written
+// as out[o] = factor * (dot_o - a_sum). Sixteen weight rows at a time share each activation
+// load, and their sums are folded into one vector by a shuffle tree, so short rows (1024
+// weights: 4 blocks) do not spend their time in horizontal sums.
+void ternary_decode_rows_avx512_vnni(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
+                                     const int8_t* a, int32_t a_sum, float factor, int blocks, float* out);
 
 TernaryTileKernel ternary_tile_kernel_scalar();
 TernaryTileKernel ternary_tile_kernel_avx2();         // needs AVX2

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "kernels/ternary_matmul.h"
 #include "model/config.h"
 #include "model/method.h"
 
@@ -86,9 +85,6 @@ public:
     Array<uint8_t> codes;    // (layout.code_total) integer codes, category weights
     Array<float> scales;     // (tensors) code scale per tensor (0 for f32 ones), category weights
     ModelTensors tensors;
-    // Inference only: per tensor id, the packed ternary weights the forward multiplies with
-    // (model/ternary_pack.h); empty, or rows == 0 for a tensor, means the dense path.
-    std::vector<TernaryMatrix> ternary_packed;
 
     explicit ModelParameters(const ModelConfig& config, const MethodConfig& method = MethodConfig{});
     ModelParameters(const ModelParameters&) = delete;
