@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include <sentencepiece_processor.h>
+
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
@@ -279,6 +281,98 @@ TEST(GgufModel, ExportThenImportIsBitExact) {
         expect_identical(model, *loaded.model);
         EXPECT_EQ(loaded.tokenizer->kind(), "byte");
     }
+}
+
+// general.file_type is llama.cpp's llama_ftype (include/llama.h) of the type that holds most
+// block-linear weights, whatever the F32 norms and scale tensors around them.
+TEST(GgufModel, FileTypeIsWhatMostBlockLinearWeightsAreStoredAs) {
+    TempDir dir("gguf-ftype");
+    const auto tokenizer = make_byte_tokenizer();
+    ModelConfig narrow = export_config(true, true, 256);
+    narrow.dim = 128;  // rows of 128: attention, gate and up fall back to F32, down (256) is TQ2_0
+    narrow.n_heads = 2;
+    narrow.n_kv_heads = 2;
+    struct Case {
+        const char* what;
+        ModelConfig config;
+        MethodConfig method;
+        GgufTernaryFormat ternary;
+        GgufFloatFormat floats;
+        uint32_t file_type;
+    };
+    const ModelConfig wide = export_config(true, true, 512);
+    const auto tq1 = GgufTernaryFormat::tq1_0, tq2 = GgufTernaryFormat::tq2_0;
+    const auto f32 = GgufFloatFormat::f32, f16 = GgufFloatFormat::f16;
+    const Case cases[] = {
+        {"fp, F32", wide, MethodConfig{}, tq2, f32, 0},
+        {"fp, F16", wide, MethodConfig{}, tq2, f16, 1},
+        {"dqt 8-bit, Q8_0", wide, dqt_bits(8), tq2, f16, 7},
+        {"dqt ternary, TQ1_0", wide, dqt_bits(1), tq1, f32, 36},
+        {"dqt ternary, TQ2_0", wide, dqt_bits(1), tq2, f16, 37},
+        {"dqt ternary, ragged ffn: down F32", export_config(true, true, 200), dqt_bits(1), tq2, f32, 37},
+        {"dqt ternary, mostly ragged: F32", narrow, dqt_bits(1), tq2, f32, 0},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        ModelParameters model(c.config, c.method);
+        model.initialize(5);
+        const std::string path = dir / "model.gguf";
+        GgufExportOptions options;
+        options.ternary = c.ternary;
+        options.floats = c.floats;
+        export_gguf(model, *tokenizer, options, path);
+        const GgufReader reader(path);
+        EXPECT_EQ(reader.u32("general.file_type"), c.file_type);
+        if (c.method.method == Method::fp) continue;
+        // With scale tensors, F32 tensors outnumber the rest: llama.cpp's guess from tensor
+        // counts would say "all F32".
+        int f32_tensors = 0;
+        for (const auto& t : reader.tensors()) f32_tensors += t.type == GgmlType::f32;
+        EXPECT_GT(2 * f32_tensors, static_cast<int>(reader.tensors().size()));
+    }
+}
+
+// A sentencepiece vocabulary's special ids are its own pieces: dqt trains it with <unk> and
+// without BOS or EOS pieces, so BOS and EOS are written as the byte piece <0x00>.
+TEST(GgufModel, SpecialTokenIdsNameTheTokenizersPieces) {
+    TempDir dir("gguf-special");
+    dqt::testing::write_tiny_corpus(dir / "corpus", 4);
+    std::vector<std::string> texts;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / "corpus"))
+        texts.push_back(read_all(entry.path().string()));
+    const auto bpe = train_bpe_tokenizer(texts, 300, 1);
+    sentencepiece::SentencePieceProcessor pieces;
+    ASSERT_TRUE(pieces.LoadFromSerializedProto(bpe->serialize()).ok());
+    ASSERT_EQ(pieces.bos_id(), -1);
+    ASSERT_EQ(pieces.eos_id(), -1);
+    ModelConfig config = export_config(true, true, 512);
+    config.vocab_size = bpe->vocab_size();
+    ModelParameters model(config, dqt_bits(1));
+    model.initialize(6);
+    const std::string path = dir / "bpe.gguf";
+    export_gguf(model, *bpe, GgufExportOptions{}, path);
+    const GgufReader reader(path);
+    const nlohmann::json& tokens = reader.find("tokenizer.ggml.tokens")->value;
+    const nlohmann::json& types = reader.find("tokenizer.ggml.token_type")->value;
+    const uint32_t unknown = reader.u32("tokenizer.ggml.unknown_token_id");
+    EXPECT_EQ(static_cast<int>(unknown), pieces.unk_id());
+    EXPECT_EQ(tokens[unknown], "<unk>");
+    EXPECT_EQ(types[unknown], 2);  // llama.cpp's "unknown"
+    for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
+        const uint32_t id = reader.u32(key);
+        EXPECT_EQ(tokens[id], "<0x00>") << key;
+        EXPECT_EQ(types[id], 6) << key;  // a byte piece
+        EXPECT_EQ(bpe->decode(std::vector<int32_t>{static_cast<int32_t>(id)}), std::string(1, '\0')) << key;
+    }
+
+    // The byte vocabulary: byte 0; it has no unknown token.
+    ModelParameters byte_model(export_config(true, true, 512), dqt_bits(1));
+    byte_model.initialize(6);
+    export_gguf(byte_model, *make_byte_tokenizer(), GgufExportOptions{}, path);
+    const GgufReader bytes(path);
+    EXPECT_EQ(bytes.u32("tokenizer.ggml.bos_token_id"), 0u);
+    EXPECT_EQ(bytes.u32("tokenizer.ggml.eos_token_id"), 0u);
+    EXPECT_EQ(bytes.find("tokenizer.ggml.unknown_token_id"), nullptr);
 }
 
 TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -126,14 +127,12 @@ void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     std::vector<std::string> tokens;
     std::vector<float> scores;
     std::vector<int32_t> types;  // llama.cpp: 1 normal, 2 unknown, 3 control, 5 unused, 6 byte
-    int unknown = 0;
     for (int id = 0; id < processor.GetPieceSize(); ++id) {
         tokens.push_back(processor.IdToPiece(id));
         scores.push_back(processor.GetScore(id));
         int type = 1;
         if (processor.IsUnknown(id)) {
             type = 2;
-            unknown = id;
         } else if (processor.IsControl(id)) {
             type = 3;
         } else if (processor.IsUnused(id)) {
@@ -147,10 +146,21 @@ void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     out.set_strings("tokenizer.ggml.tokens", tokens);
     out.set_f32s("tokenizer.ggml.scores", scores);
     out.set_i32s("tokenizer.ggml.token_type", types);
+    // The special ids are the sentencepiece model's own. dqt trains it with bos_id = eos_id =
+    // -1 (documents are joined by "\n\n" text, data/dataset.h), so it has <unk> (id 0) and no
+    // BOS or EOS piece. llama.cpp's SPM vocabulary cannot say "none": an absent or out-of-range
+    // id leaves its defaults 1 and 2, here the byte pieces <0x00> and <0x01>. A missing BOS or
+    // EOS is therefore written as <0x00> (byte 0, as in the byte vocabulary): llama.cpp ends
+    // generation on it, but ordinary text holds no NUL, so the model does not produce it and a
+    // client stops at its token limit or a stop string (docs/FORMATS.md, "Tokenizers").
+    const int unknown = processor.unk_id();  // sentencepiece always has one
+    const int nul = processor.PieceToId("<0x00>");
+    require(processor.IsByte(nul), "export: the tokenizer has no <0x00> byte piece");
+    const int bos = processor.bos_id() >= 0 ? processor.bos_id() : nul;
+    const int eos = processor.eos_id() >= 0 ? processor.eos_id() : nul;
     out.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(unknown));
-    const uint32_t nul = static_cast<uint32_t>(processor.PieceToId("<0x00>"));
-    out.set_u32("tokenizer.ggml.bos_token_id", nul);
-    out.set_u32("tokenizer.ggml.eos_token_id", nul);
+    out.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
+    out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos));
     out.set_bool("tokenizer.ggml.add_space_prefix", false);  // trained without a dummy prefix
 }
 
@@ -230,6 +240,30 @@ std::vector<float> decode_floats(const GgufReader& reader, const GgufReader::Ten
     return values;
 }
 
+// llama.cpp's llama_ftype (include/llama.h) for a file whose weights are mostly `type`.
+uint32_t llama_ftype_of(GgmlType type) {
+    switch (type) {
+        case GgmlType::f32: return 0;     // LLAMA_FTYPE_ALL_F32
+        case GgmlType::f16: return 1;     // LLAMA_FTYPE_MOSTLY_F16
+        case GgmlType::q8_0: return 7;    // LLAMA_FTYPE_MOSTLY_Q8_0
+        case GgmlType::tq1_0: return 36;  // LLAMA_FTYPE_MOSTLY_TQ1_0
+        case GgmlType::tq2_0: return 37;  // LLAMA_FTYPE_MOSTLY_TQ2_0
+    }
+    throw Error("export: no llama.cpp file type for tensor type " + std::string(ggml_type_name(type)));
+}
+
+// The type that holds the most block-linear weights (by weight count; a tie goes to the
+// lower ggml type number). Without general.file_type llama.cpp guesses from tensor counts,
+// where the F32 norms and scale tensors outnumber the weights: a TQ2_0 export reads "all F32".
+GgmlType dominant_type(const std::map<GgmlType, size_t>& weights_by_type) {
+    GgmlType best = GgmlType::f32;
+    size_t best_count = 0;
+    for (const auto& [type, count] : weights_by_type) {
+        if (count > best_count) best = type, best_count = count;
+    }
+    return best;
+}
+
 }  // namespace
 
 GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& tokenizer,
@@ -267,6 +301,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
         out.add_tensor(std::move(tensor));
     };
     std::vector<float> code_scales;
+    std::map<GgmlType, size_t> block_linear_weights;  // by the type they are stored as
     for (const ParamTensor& t : model.layout.tensors) {
         const std::string name = t.name + ".weight";
         const bool permute = rope_permuted(arch, t.name);
@@ -276,7 +311,10 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
             for (size_t i = 0; i < codes.size(); ++i)
                 codes[i] = static_cast<int8_t>(read_code(model.code(t), model.method.grid, i));
             codes = rows_in_file_order(codes, t.rows, t.cols, c.head_dim(), permute);
-            add(code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks));
+            GgufTensor tensor =
+                code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks);
+            block_linear_weights[tensor.type] += t.count();
+            add(std::move(tensor));
             // gamma: W = q / s = q * (1 / s), multiplied in after the matmul.
             add(float_tensor(t.name + ".scale", {1}, {1.0f / model.scale(t)}, GgufFloatFormat::f32));
             continue;
@@ -286,8 +324,11 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
         values = rows_in_file_order(values, t.rows, t.cols, c.head_dim(), permute);
         // Norm gains stay F32 (llama.cpp multiplies them in F32); so does a dequantized table.
         const GgufFloatFormat format = t.is_matrix() && t.storage == TensorStorage::f32 ? options.floats : GgufFloatFormat::f32;
-        add(float_tensor(name, gguf_shape(t), values, format));
+        GgufTensor tensor = float_tensor(name, gguf_shape(t), values, format);
+        if (t.role == TensorRole::block_linear) block_linear_weights[tensor.type] += t.count();
+        add(std::move(tensor));
     }
+    out.set_u32("general.file_type", llama_ftype_of(dominant_type(block_linear_weights)));
     out.set_f32s("dqt.code_scales", code_scales);
     out.write(path);
     return summary;

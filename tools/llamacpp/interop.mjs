@@ -5,8 +5,14 @@
 //
 // REQUEST: {"model": path, "threads": n, "context": n,
 //           "prompts": [[ids...], ...], "greedy_tokens": n,      -> "prompts": [{"logits", "greedy"}]
+//           "sequences": [[ids...], ...],                          -> "sequences": [[logits at every position]]
 //           "texts": ["...", ...],                                 -> "tokenized": [[ids...], ...]
 //           "bench": {"prompt_tokens": [ids...], "decode_tokens": n, "repeats": n}}  (optional)
+// Always -> "vocab" and "model": what llama.cpp made of the file: "description" (llama_model_desc:
+// architecture, size and llama_ftype_name, which says "(guessed)" when general.file_type is
+// absent), "file_type" (the key as node-llama-cpp's GGUF reader sees it), "bos" and "eos"
+// (llama_vocab_bos/eos as node-llama-cpp passes them on: only control tokens, else null) and
+// "end_of_generation" (every id for which llama_vocab_is_eog holds: what stops generation).
 // No BOS is added anywhere: the ids go in exactly as given.
 import {readFileSync} from "node:fs";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
@@ -35,6 +41,17 @@ async function lastLogits(ids) {
     return dense;
 }
 
+// Logits (vocab) after every position of ids, from one batch.
+async function allLogits(ids) {
+    await sequence.clearHistory();
+    const result = await sequence.controlledEvaluate(ids.map((id) => [id, {generateNext: {logits: true}}]));
+    return result.map((item) => {
+        const dense = new Array(vocab).fill(null);
+        for (const [token, logit] of item.next.logits) dense[token] = logit;
+        return dense;
+    });
+}
+
 async function greedy(ids, count) {
     await sequence.clearHistory();
     const out = [];
@@ -46,9 +63,15 @@ async function greedy(ids, count) {
     return out;
 }
 
-const response = {vocab, prompts: [], tokenized: []};
+const response = {
+    vocab,
+    model: {description: model.typeDescription, file_type: model.fileInfo.metadata.general?.file_type ?? null,
+            bos: model.tokens.bos, eos: model.tokens.eos,
+            end_of_generation: Array.from({length: vocab}, (_, id) => id).filter((id) => model.isEogToken(id))},
+    prompts: [], sequences: [], tokenized: []};
 for (const ids of request.prompts ?? [])
     response.prompts.push({logits: await lastLogits(ids), greedy: await greedy(ids, request.greedy_tokens ?? 0)});
+for (const ids of request.sequences ?? []) response.sequences.push(await allLogits(ids));
 for (const text of request.texts ?? []) response.tokenized.push(Array.from(model.tokenize(text)));
 
 if (request.bench) {
