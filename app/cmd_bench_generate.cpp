@@ -35,6 +35,7 @@ struct BenchGenerateArgs {
     ModelConfig model_flags;
     std::string config_path;
     std::string bits = "1.58";  // of the random default model
+    std::string kv_cache = "f16";
     int prompt_tokens = 128;
     int decode_tokens = 64;
     int repeats = 3;
@@ -114,9 +115,10 @@ struct Speeds {
     double decode_tokens_per_second = 0.0;
 };
 
-Speeds measure_dqt(const InferenceModel& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats) {
+Speeds measure_dqt(const InferenceModel& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats,
+                   KvCacheType cache_type) {
     double best_prompt = std::numeric_limits<double>::infinity(), best_decode = best_prompt;
-    InferenceSession session(model, static_cast<int>(prompt.size()) + decode_tokens);
+    InferenceSession session(model, static_cast<int>(prompt.size()) + decode_tokens, cache_type);
     for (int r = 0; r < repeats; ++r) {
         session.reset();
         auto start = std::chrono::steady_clock::now();
@@ -147,6 +149,7 @@ Speeds measure_llamacpp(const std::string& script, const std::string& gguf, cons
         {"model", gguf},
         {"threads", args.threads},
         {"context", static_cast<int>(prompt.size()) + args.decode_tokens + 1},
+        {"kv_cache", args.kv_cache == "f16" ? "F16" : "F32"},
         {"bench", {{"prompt_tokens", prompt}, {"decode_tokens", args.decode_tokens}, {"repeats", args.repeats}}}};
     const std::string request_path = folder + "/request.json";
     std::ofstream(request_path) << request.dump();
@@ -182,6 +185,7 @@ void add_bench_generate_command(CLI::App& bench) {
     command->add_option("--threads", args->threads, "compute threads, for both engines")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
+    add_kv_cache_flag(*command, args->kv_cache);
     command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");
     command->add_option("--llama-cpp-script", args->llamacpp_script, "tools/llamacpp/interop.mjs of this checkout");
     command->add_flag("--json", args->json, "print one JSON object");
@@ -220,7 +224,8 @@ void add_bench_generate_command(CLI::App& bench) {
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % model.config.vocab_size);
 
         const double bandwidth = measure_read_bandwidth();
-        const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats);
+        const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
+        const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type);
         const double dqt_bytes = static_cast<double>(model.weight_bytes_per_token());
         nlohmann::json record = {
             {"bench", "generate"},
@@ -229,6 +234,7 @@ void add_bench_generate_command(CLI::App& bench) {
             {"method", model.method_label},
             {"prompt_tokens", args->prompt_tokens},
             {"decode_tokens", args->decode_tokens},
+            {"kv_cache", args->kv_cache},
             {"read_bandwidth_gb_per_s", bandwidth / 1e9},
             {"dqt",
              {{"kernels", model.kernels_label()},

@@ -17,6 +17,7 @@ struct GenerateArgs {
     int threads = 0;
     bool ternary = false;
     std::string ternary_rule = "absmean";
+    std::string kv_cache = "f16";
 };
 }  // namespace
 
@@ -38,6 +39,7 @@ void add_generate_command(CLI::App& app) {
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
     add_ternary_rule_flag(*command, args->ternary_rule);
+    add_kv_cache_flag(*command, args->kv_cache);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
@@ -48,6 +50,7 @@ void add_generate_command(CLI::App& app) {
         std::fputs(args->prompt.c_str(), stdout);
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
+                          parse_kv_cache_type(args->kv_cache),
                           [](const std::string& piece) {
                               std::fputs(piece.c_str(), stdout);
                               std::fflush(stdout);

@@ -8,4 +8,11 @@ void add_ternary_rule_flag(CLI::App& command, std::string& rule) {
         ->capture_default_str();
 }
 
+void add_kv_cache_flag(CLI::App& command, std::string& type) {
+    command.add_option("--kv-cache", type,
+                       "KV cache: f16 (half the bytes a decode step reads) or f32 (decode equals the full forward bit for bit)")
+        ->check(CLI::IsMember({"f16", "f32"}))
+        ->capture_default_str();
+}
+
 }  // namespace dqt::cli

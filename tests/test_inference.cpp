@@ -6,18 +6,19 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "data/dataset.h"
 #include "infer/evaluate.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
 #include "model/llama.h"
 #include "test_helpers.h"
-#include "data/dataset.h"
 
 using namespace dqt;
 
@@ -123,42 +124,49 @@ TEST(Inference, FullForwardMatchesTheTrainingForwardForEveryMethod) {
 }
 
 // Token-by-token decoding, and a prompt followed by decoding, give the full forward's logits at
-// every position: decode attention runs the full forward's multiply-add chains, so the hidden
-// states of a ternary model agree bit for bit; so do its logits when the head is quantized (a
-// dense head is a gemm of 1 row instead of T, rounded in another order).
+// every position, with either cache type: decode attention runs the full forward's multiply-add
+// chains over what the cache holds, so the hidden states of a ternary model agree bit for bit;
+// so do its logits when the head is quantized (a dense head is a gemm of 1 row instead of T,
+// rounded in another order). An fp16 cache stays close to the fp32 one.
 TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
     for (const Case& c : every_method()) {
-        SCOPED_TRACE(c.name);
         const ModelConfig config = small_config(c.subln, c.kv_heads);
         const int V = config.vocab_size, T = config.seq_len;
+        const size_t TV = static_cast<size_t>(T) * V;
         ModelParameters parameters(config, c.method);
         parameters.initialize(seed);
         const std::vector<int32_t> tokens = random_tokens(seed, T, V);
         const InferenceModel model(parameters);
-        InferenceSession full(model, T);
-        const float* full_logits = full.run(tokens.data(), T, LogitRows::all);
-        const std::vector<float> expected(full_logits, full_logits + static_cast<size_t>(T) * V);
-        const bool exact = c.integer_exact && c.method.quantize_head;
+        std::vector<float> f32_logits;
+        for (KvCacheType cache : {KvCacheType::f32, KvCacheType::f16}) {
+            SCOPED_TRACE(std::string(c.name) + ", cache " + kv_cache_type_name(cache));
+            InferenceSession full(model, T, cache);
+            const float* full_logits = full.run(tokens.data(), T, LogitRows::all);
+            const std::vector<float> expected(full_logits, full_logits + TV);
+            if (cache == KvCacheType::f32) f32_logits = expected;
+            for (size_t i = 0; i < TV; ++i) ASSERT_NEAR(expected[i], f32_logits[i], 0.05f) << "fp16 against fp32, " << i;
+            const bool exact = c.integer_exact && c.method.quantize_head;
 
-        InferenceSession stepwise(model, T);
-        for (int t = 0; t < T; ++t) {
-            const float* logits = stepwise.run(&tokens[t], 1, LogitRows::last);
-            expect_logits(logits, &expected[static_cast<size_t>(t) * V], V, exact,
-                          "decode at position " + std::to_string(t));
-        }
-        EXPECT_EQ(stepwise.position(), T);
-        EXPECT_THROW(stepwise.run(tokens.data(), 1, LogitRows::last), Error);  // context full
+            InferenceSession stepwise(model, T, cache);
+            for (int t = 0; t < T; ++t) {
+                const float* logits = stepwise.run(&tokens[t], 1, LogitRows::last);
+                expect_logits(logits, &expected[static_cast<size_t>(t) * V], V, exact,
+                              "decode at position " + std::to_string(t));
+            }
+            EXPECT_EQ(stepwise.position(), T);
+            EXPECT_THROW(stepwise.run(tokens.data(), 1, LogitRows::last), Error);  // context full
 
-        for (int prompt : {1, 5}) {
-            InferenceSession prompted(model, T);
-            const float* logits = prompted.run(tokens.data(), prompt, LogitRows::last);
-            expect_logits(logits, &expected[static_cast<size_t>(prompt - 1) * V], V, exact, "prompt");
-            // Several tokens after a prompt at once (n > 1 at p > 0) as well.
-            logits = prompted.run(&tokens[prompt], T - prompt, LogitRows::all);
-            expect_logits(logits, &expected[static_cast<size_t>(prompt) * V], static_cast<size_t>(T - prompt) * V,
-                          exact, "after a prompt of " + std::to_string(prompt));
+            for (int prompt : {1, 5}) {
+                InferenceSession prompted(model, T, cache);
+                const float* logits = prompted.run(tokens.data(), prompt, LogitRows::last);
+                expect_logits(logits, &expected[static_cast<size_t>(prompt - 1) * V], V, exact, "prompt");
+                // Several tokens after a prompt at once (n > 1 at p > 0) as well.
+                logits = prompted.run(&tokens[prompt], T - prompt, LogitRows::all);
+                expect_logits(logits, &expected[static_cast<size_t>(prompt) * V], static_cast<size_t>(T - prompt) * V,
+                              exact, "after a prompt of " + std::to_string(prompt));
+            }
         }
     }
 }
@@ -206,6 +214,7 @@ TEST(Inference, RefusesTokensOutsideTheVocabularyAndSequencesBeyondTheContext) {
     EXPECT_THROW(session.run(five.data(), 5, LogitRows::last), Error);
     EXPECT_EQ(session.position(), 0);  // nothing changed
     EXPECT_THROW(InferenceSession(model, config.seq_len + 1), Error);
+    EXPECT_THROW(parse_kv_cache_type("q8"), Error);
 }
 
 // Evaluation holds one window's KV cache and scratch, whatever the number of tokens scored.

@@ -327,7 +327,7 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
                           s.head_dim);
         const int key_stride = attention_key_stride(s.seq);
         Floats keys_t(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
-        Floats values(v.size() + attention_value_slack_floats(), 0.0f);
+        Floats values(v.size() + attention_value_slack(), 0.0f);
         store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim);
         // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.

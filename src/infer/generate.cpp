@@ -6,12 +6,11 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "infer/session.h"
 
 namespace dqt {
 
 GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                               int max_new_tokens, const SamplingOptions& sampling,
+                               int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
                                const std::function<void(const std::string&)>& on_text) {
     require(max_new_tokens >= 0, "--tokens must not be negative");
     std::vector<int32_t> tokens = tokenizer.encode(prompt);
@@ -22,7 +21,7 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
                     std::to_string(context) + " with room for one new token: shorten --prompt");
     const int budget = std::min(max_new_tokens, context - static_cast<int>(tokens.size()));
 
-    InferenceSession session(model, context);
+    InferenceSession session(model, context, cache_type);
     const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()), LogitRows::last);
 
     GenerationResult result;

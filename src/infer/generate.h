@@ -6,6 +6,7 @@
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
+#include "infer/session.h"
 
 namespace dqt {
 
@@ -20,7 +21,7 @@ struct GenerationResult {
 // a prompt that leaves no room in the context for a new token; generation stops when the
 // context is full.
 GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                               int max_new_tokens, const SamplingOptions& sampling,
+                               int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
                                const std::function<void(const std::string&)>& on_text = nullptr);
 
 }  // namespace dqt

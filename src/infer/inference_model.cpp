@@ -79,7 +79,7 @@ size_t InferenceLinear::weight_bytes() const {
 }
 
 void InferenceEmbedding::lookup(const int32_t* tokens, int count, float* out) const {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count > 1)
     for (int i = 0; i < count; ++i) {
         const size_t row = static_cast<size_t>(tokens[i]) * cols;
         float* out_row = out + static_cast<size_t>(i) * cols;

@@ -26,29 +26,48 @@ int share_begin(int total, int threads, int thread) {
     return static_cast<int>(begin / kShareAlign * kShareAlign);
 }
 
+// Decode-sized work (one row) runs on the calling thread: waking the team costs more than it.
+constexpr size_t kSerialElements = 16384;
+
 void add_rows(float* x, const float* y, size_t count) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count > kSerialElements)
     for (size_t i = 0; i < count; ++i) x[i] += y[i];
 }
 
 }  // namespace
 
-KvCache::KvCache(const ModelConfig& c, int max_seq_len) : max_seq(max_seq_len), key_stride(attention_key_stride(max_seq_len)) {
+const char* kv_cache_type_name(KvCacheType type) { return type == KvCacheType::f16 ? "f16" : "f32"; }
+
+KvCacheType parse_kv_cache_type(const std::string& name) {
+    if (name == "f32") return KvCacheType::f32;
+    if (name == "f16") return KvCacheType::f16;
+    throw Error("unknown KV cache type '" + name + "' (known: f32, f16)");
+}
+
+KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
+    : type(cache_type), max_seq(max_seq_len), key_stride(attention_key_stride(max_seq_len)) {
+    const size_t key_count = static_cast<size_t>(key_stride) * c.kv_dim();
+    const size_t value_count = static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack();
     for (int l = 0; l < c.n_layers; ++l) {
-        keys.emplace_back(MemCategory::activations, static_cast<size_t>(key_stride) * c.kv_dim());
-        values.emplace_back(MemCategory::activations,
-                            static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack_floats());
+        if (type == KvCacheType::f32) {
+            keys.emplace_back(MemCategory::activations, key_count);
+            values.emplace_back(MemCategory::activations, value_count);
+        } else {
+            keys_f16.emplace_back(MemCategory::activations, key_count);
+            values_f16.emplace_back(MemCategory::activations, value_count);
+        }
     }
 }
 
 size_t KvCache::bytes() const {
     size_t total = 0;
     for (size_t l = 0; l < keys.size(); ++l) total += keys[l].bytes() + values[l].bytes();
+    for (size_t l = 0; l < keys_f16.size(); ++l) total += keys_f16[l].bytes() + values_f16[l].bytes();
     return total;
 }
 
-InferenceSession::InferenceSession(const InferenceModel& model, int max_seq)
-    : model_(model), cache_(model.config, max_seq) {
+InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvCacheType cache_type)
+    : model_(model), cache_(model.config, max_seq, cache_type) {
     require(max_seq > 0 && max_seq <= model.config.seq_len,
             "a sequence of " + std::to_string(max_seq) + " tokens does not fit the model's context of " +
                 std::to_string(model.config.seq_len));
@@ -120,20 +139,42 @@ void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const 
     }
 }
 
+void InferenceSession::store_keys_and_values(int layer, int n) {
+    const ModelConfig& c = model_.config;
+    const size_t l = static_cast<size_t>(layer);
+    if (cache_.type == KvCacheType::f32) {
+        dqt::store_keys_and_values(cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
+                                   k_.data(), v_.data(), cache_.length, n, c.n_kv_heads, c.head_dim());
+        return;
+    }
+    dqt::store_keys_and_values(cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
+                               cache_.max_seq, k_.data(), v_.data(), cache_.length, n, c.n_kv_heads, c.head_dim());
+    // What attends below is what the cache holds.
+    round_to_f16_in_place(k_.data(), static_cast<size_t>(n) * c.kv_dim());
+    round_to_f16_in_place(v_.data(), static_cast<size_t>(n) * c.kv_dim());
+}
+
 void InferenceSession::attention(int layer, int n) {
     const ModelConfig& c = model_.config;
     const int pos = cache_.length, C = c.dim;
+    const size_t l = static_cast<size_t>(layer);
     if (pos == 0) {
         // The training forward's attention over the n new rows (B = 1, T = n).
         attention_forward(att_.data(), nullptr, q_.data(), k_.data(), v_.data(), 1, n, c.n_heads, c.n_kv_heads,
                           c.head_dim());
         return;
     }
-    for (int i = 0; i < n; ++i)
-        attention_decode(att_.data() + static_cast<size_t>(i) * C, q_.data() + static_cast<size_t>(i) * C,
-                         cache_.keys[static_cast<size_t>(layer)].data(), cache_.key_stride,
-                         cache_.values[static_cast<size_t>(layer)].data(), cache_.max_seq, pos + i, c.n_heads,
-                         c.n_kv_heads, c.head_dim());
+    for (int i = 0; i < n; ++i) {
+        float* out = att_.data() + static_cast<size_t>(i) * C;
+        const float* q = q_.data() + static_cast<size_t>(i) * C;
+        if (cache_.type == KvCacheType::f32) {
+            attention_decode(out, q, cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
+                             pos + i, c.n_heads, c.n_kv_heads, c.head_dim());
+        } else {
+            attention_decode(out, q, cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
+                             cache_.max_seq, pos + i, c.n_heads, c.n_kv_heads, c.head_dim());
+        }
+    }
 }
 
 const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows) {
@@ -159,9 +200,7 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         run_linears({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, normed_.data(), n);
         rope_forward(q_.data(), 1, n, c.n_heads, D, pos, c.rope_theta);
         rope_forward(k_.data(), 1, n, c.n_kv_heads, D, pos, c.rope_theta);
-        store_keys_and_values(cache_.keys[static_cast<size_t>(l)].data(), cache_.key_stride,
-                              cache_.values[static_cast<size_t>(l)].data(), cache_.max_seq, k_.data(), v_.data(), pos,
-                              n, c.n_kv_heads, D);
+        store_keys_and_values(l, n);
         attention(l, n);
         const float* att_out = att_.data();
         if (c.subln) {

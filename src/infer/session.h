@@ -9,6 +9,7 @@
 // model_forward's bit for bit (test). Decode (p > 0) attends through attention_decode, whose
 // arithmetic is that of the full forward's row: decoding gives the full forward's logits too.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/memory.h"
@@ -17,15 +18,25 @@
 
 namespace dqt {
 
-// Keys and values of every layer for positions [0, length), fp32 after RoPE, in the layout
+// What the KV cache stores: fp32 (the training forward's values: decode gives the full
+// forward's bits), or fp16 (half the bytes each decode step reads; the prompt then attends over
+// the fp16-rounded keys and values too, so prompt and decode stay one function).
+enum class KvCacheType { f32, f16 };
+const char* kv_cache_type_name(KvCacheType type);
+// "f32" or "f16"; dqt::Error naming both otherwise.
+KvCacheType parse_kv_cache_type(const std::string& name);
+
+// Keys and values of every layer for positions [0, length) after RoPE, in the layout
 // attention_decode reads (kernels/attention.h): per kv head, keys transposed and values as rows.
 struct KvCache {
+    KvCacheType type = KvCacheType::f32;
     int max_seq = 0;
-    int key_stride = 0;                // attention_key_stride(max_seq)
-    int length = 0;                    // positions filled
-    std::vector<Array<float>> keys;    // per layer (Hkv, D, key_stride), category activations
-    std::vector<Array<float>> values;  // per layer (Hkv, max_seq, D) + the kernel's slack
-    KvCache(const ModelConfig& config, int max_seq);
+    int key_stride = 0;  // attention_key_stride(max_seq)
+    int length = 0;      // positions filled
+    // Per layer, of the cache's type (the other pair stays empty), category activations:
+    std::vector<Array<float>> keys, values;         // (Hkv, D, key_stride), (Hkv, max_seq, D) + slack
+    std::vector<Array<_Float16>> keys_f16, values_f16;
+    KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;
 };
 
@@ -36,7 +47,7 @@ enum class LogitRows { all, last };
 class InferenceSession {
 public:
     // max_seq: the longest sequence this session holds (at most the model's seq_len).
-    InferenceSession(const InferenceModel& model, int max_seq);
+    InferenceSession(const InferenceModel& model, int max_seq, KvCacheType cache_type = KvCacheType::f32);
 
     // Runs tokens [0, n) at positions position() .. position() + n - 1 and returns their
     // next-token logits: (n, V) for LogitRows::all, (1, V) of the last token for last. Valid
@@ -58,6 +69,9 @@ private:
     // The jobs' products with one shared input x (n, cols): the integer kernels (one parallel
     // region, weight rows of all jobs split over the threads) or gemm for dense weights.
     void run_linears(std::initializer_list<LinearJob> jobs, const float* x, int n);
+    // The n new keys and values (k_, v_) into the cache at position(); with an fp16 cache k_
+    // and v_ are rounded to what it holds.
+    void store_keys_and_values(int layer, int n);
     void attention(int layer, int n);
 
     const InferenceModel& model_;

@@ -308,35 +308,55 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
+// Loads kTileCols cached values as floats: a plain load, or fp16 widened (vcvtph2ps where the
+// clone has F16C).
+[[gnu::always_inline]] inline Vec load_cached(const float* p) {
+    Vec v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+using HalfVec = _Float16 __attribute__((vector_size(kTileCols * sizeof(_Float16))));
+[[gnu::always_inline]] inline Vec load_cached(const _Float16* p) {
+    HalfVec h;
+    std::memcpy(&h, p, sizeof h);
+    return __builtin_convertvector(h, Vec);
+}
+
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
-// decode gives the bits of the full forward's row pos. q, out (head_dim); keys_t (head_dim,
-// key_stride) this kv head's keys transposed; v (pos + 1 rows, v_row_stride apart, readable
-// kTileCols floats past head_dim); scores, probs (round_up(pos + 1, kTileCols)).
-DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
-                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+// decode gives the bits of the full forward's row pos over the same (cached) keys and values.
+// q, out (head_dim); keys_t (head_dim, key_stride) this kv head's keys transposed; v (pos + 1
+// rows, v_row_stride apart, readable kTileCols values past head_dim); scores, probs
+// (round_up(pos + 1, kTileCols)). Cache is float or _Float16.
+template <typename Cache>
+[[gnu::always_inline]] inline void decode_head_body(float* out, const float* q, const Cache* keys_t,
+                                                    ptrdiff_t key_stride, const Cache* v, ptrdiff_t v_row_stride,
+                                                    int pos, int head_dim, float scale, float* scores, float* probs) {
     const int n = pos + 1;
     for (int j0 = 0; j0 < n; j0 += kTileCols) {
         Vec acc = {};
-        for (int d = 0; d < head_dim; ++d) {
-            Vec keys;
-            std::memcpy(&keys, keys_t + d * key_stride + j0, sizeof keys);
-            acc += q[d] * keys;
-        }
+        for (int d = 0; d < head_dim; ++d) acc += q[d] * load_cached(keys_t + d * key_stride + j0);
         store_vec(scores + j0, acc);
     }
     softmax_row(probs, scores, n, n, scale);
     for (int d0 = 0; d0 < head_dim; d0 += kTileCols) {
         Vec acc = {};
-        for (int j = 0; j < n; ++j) {
-            Vec values;
-            std::memcpy(&values, v + j * v_row_stride + d0, sizeof values);
-            acc += probs[j] * values;
-        }
+        for (int j = 0; j < n; ++j) acc += probs[j] * load_cached(v + j * v_row_stride + d0);
         const int width = std::min(kTileCols, head_dim - d0);
         for (int l = 0; l < width; ++l) out[d0 + l] = acc[l];
     }
+}
+
+DQT_TARGET_CLONES
+void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
+                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+    decode_head_body(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+}
+
+DQT_TARGET_CLONES
+void decode_head(float* out, const float* q, const _Float16* keys_t, ptrdiff_t key_stride, const _Float16* v,
+                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+    decode_head_body(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
 void check_heads(int heads, int kv_heads) {
@@ -393,25 +413,31 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 
 int attention_key_stride(int max_seq) { return round_up(max_seq, kTileCols); }
 
-size_t attention_value_slack_floats() { return kTileCols; }
+size_t attention_value_slack() { return kTileCols; }
 
-void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
-                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
+namespace {
+
+template <typename Cache>
+void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values, int value_stride, const float* k,
+                              const float* v, int first_pos, int count, int kv_heads, int head_dim) {
     const int kv_dim = kv_heads * head_dim;
     for (int t = 0; t < count; ++t) {
         const ptrdiff_t pos = first_pos + t;
         for (int h = 0; h < kv_heads; ++h) {
             const float* k_head = k + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
-            for (int d = 0; d < head_dim; ++d)
-                keys_t[(static_cast<ptrdiff_t>(h) * head_dim + d) * key_stride + pos] = k_head[d];
-            std::memcpy(values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim,
-                        v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim, static_cast<size_t>(head_dim) * sizeof(float));
+            const float* v_head = v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
+            Cache* v_row = values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim;
+            for (int d = 0; d < head_dim; ++d) {
+                keys_t[(static_cast<ptrdiff_t>(h) * head_dim + d) * key_stride + pos] = static_cast<Cache>(k_head[d]);
+                v_row[d] = static_cast<Cache>(v_head[d]);
+            }
         }
     }
 }
 
-void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
-                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
+template <typename Cache>
+void attention_decode_from(float* out, const float* q, const Cache* keys_t, int key_stride, const Cache* values,
+                           int value_stride, int pos, int heads, int kv_heads, int head_dim) {
     check_heads(heads, kv_heads);
     const int group = heads / kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -424,10 +450,36 @@ void attention_decode(float* out, const float* q, const float* keys_t, int key_s
             const int kv_head = h / group;
             decode_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
                         keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
-                        values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, head_dim, pos, head_dim, scale,
-                        scores.data(), probs.data());
+                        values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, head_dim, pos, head_dim,
+                        scale, scores.data(), probs.data());
         }
     }
+}
+
+}  // namespace
+
+void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
+    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
+}
+
+void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
+    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
+}
+
+void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
+    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim);
+}
+
+void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
+    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim);
+}
+
+void round_to_f16_in_place(float* x, size_t count) {
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
 }
 
 }  // namespace dqt

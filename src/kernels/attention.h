@@ -27,20 +27,27 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
                         const float* q, const float* k, const float* v, const float* probs, int batch, int seq,
                         int heads, int kv_heads, int head_dim);
 
-// A KV cache for attention_decode keeps each kv head's keys and values contiguous: keys
-// transposed, keys_t (kv_heads, head_dim, key_stride) with key j of head h, dimension d at
-// [(h * head_dim + d) * key_stride + j]; values (kv_heads, value_stride, head_dim) followed by
-// attention_value_slack_floats() readable floats. Decode then streams one block per head.
+// A KV cache for attention_decode keeps each kv head's keys and values contiguous, as fp32 or
+// fp16 (_Float16, half the bytes a decode step reads): keys transposed, keys_t (kv_heads,
+// head_dim, key_stride) with key j of head h, dimension d at [(h * head_dim + d) * key_stride
+// + j]; values (kv_heads, value_stride, head_dim) followed by attention_value_slack() readable
+// elements. Decode then streams one block per head.
 int attention_key_stride(int max_seq);  // max_seq rounded up to the kernel's tile width
-size_t attention_value_slack_floats();
+size_t attention_value_slack();
 // Writes keys k and values v (count, kv_heads, head_dim) of positions first_pos .. first_pos + count - 1.
 void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim);
+void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim);
+// x = fp16(x), round to nearest even: what an fp16 cache holds of x.
+void round_to_f16_in_place(float* x, size_t count);
 
 // One generation step: the token at position pos attends to cache positions 0..pos (pos
 // already holds its own key and value). q, out (heads, head_dim). Equals row pos of
 // attention_forward over the same keys and values bit for bit (the same multiply-add chains).
 void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim);
+void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim);
 
 }  // namespace dqt

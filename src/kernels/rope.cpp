@@ -22,7 +22,7 @@ struct RopeTable {
         const int pairs = head_dim / 2;
         std::vector<double> inv_freq(pairs);  // theta^(-2i / head_dim)
         for (int i = 0; i < pairs; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (seq > 1)
         for (int t = 0; t < seq; ++t)
             for (int i = 0; i < pairs; ++i) {
                 const double angle = static_cast<double>(pos0 + t) * inv_freq[i];
@@ -38,7 +38,7 @@ void rope_apply(float* x, int batch, int seq, int heads, int head_dim, int pos0,
     const RopeTable table(seq, head_dim, pos0, theta);
     const int pairs = head_dim / 2;
     const float sign = inverse ? -1.0f : 1.0f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (batch * seq > 1)  // one token (decode): no threads to wake
     for (int bt = 0; bt < batch * seq; ++bt) {
         const int t = bt % seq;
         const float* cos = table.cos.data() + static_cast<size_t>(t) * pairs;  // (pairs)

@@ -31,7 +31,7 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dh, const floa
 
 void swiglu_forward(float* h, const float* gate, const float* up, size_t count) {
     const int64_t n = static_cast<int64_t>(count);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kChunk)  // one chunk (decode): no threads to wake
     for (int64_t first = 0; first < n; first += kChunk)
         swiglu_forward_range(h + first, gate + first, up + first, std::min(kChunk, n - first));
 }

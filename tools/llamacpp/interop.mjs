@@ -3,7 +3,7 @@
 //
 //   node tools/llamacpp/interop.mjs REQUEST.json
 //
-// REQUEST: {"model": path, "threads": n, "context": n,
+// REQUEST: {"model": path, "threads": n, "context": n, "kv_cache": "F32" (default) or "F16",
 //           "prompts": [[ids...], ...], "greedy_tokens": n,      -> "prompts": [{"logits", "greedy"}]
 //           "sequences": [[ids...], ...],                          -> "sequences": [[logits at every position]]
 //           "texts": ["...", ...],                                 -> "tokenized": [[ids...], ...]
@@ -26,8 +26,9 @@ const contextSize = request.context ?? 256;
 const context = await model.createContext({
     contextSize, batchSize: contextSize, sequences: 1, threads: {ideal: threads, min: threads},
     flashAttention: false, ignoreMemorySafetyChecks: true,
-    // F32 keys and values: the default F16 cache rounds them, which dqt does not.
-    experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
+    // F32 keys and values unless the request names F16 (as `dqt bench generate --kv-cache f16`
+    // runs): the comparisons of logits need dqt's fp32 values.
+    experimentalKvCacheKeyType: request.kv_cache ?? "F32", experimentalKvCacheValueType: request.kv_cache ?? "F32"});
 const sequence = context.getSequence();
 const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
 
