@@ -7,6 +7,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/file_reader.h"
 
 namespace dqt {
 
@@ -132,31 +133,38 @@ void save_checkpoint(const std::string& path, const json& meta, const std::vecto
     writer.commit();
 }
 
-CheckpointReader::CheckpointReader(const std::string& path) : path_(path), bytes_(read_file(path, "checkpoint file")) {
+CheckpointReader::CheckpointReader(const std::string& path)
+    : path_(path), file_(std::make_unique<FileReader>(path, "checkpoint file")) {
     const std::string where = "checkpoint " + path + ": ";
-    const char* file = bytes_.data();
-    const uint64_t size = bytes_.size();
+    const uint64_t size = file_->size();
 
     // A file shorter than the magic that matches its start is a cut-off checkpoint.
-    require(std::memcmp(file, kMagic, std::min<uint64_t>(size, sizeof kMagic)) == 0,
+    char prefix[kPrefixBytes] = {};
+    file_->read_at(0, prefix, static_cast<size_t>(std::min<uint64_t>(size, kPrefixBytes)));
+    require(std::memcmp(prefix, kMagic, std::min<uint64_t>(size, sizeof kMagic)) == 0,
             where + "not a dqt checkpoint (wrong magic bytes)");
     require(size >= kPrefixBytes + kTrailerBytes,
             where + "truncated (" + std::to_string(size) + " bytes; the write was cut short)");
-    const uint32_t version = get_le<uint32_t>(file + 8);
+    const uint32_t version = get_le<uint32_t>(prefix + 8);
     require(version <= kCheckpointVersion, where + "written by a newer dqt (format version " + std::to_string(version) +
                                                ", this build reads up to " + std::to_string(kCheckpointVersion) +
                                                "): upgrade dqt");
     require(version >= 1, where + "invalid format version 0 (file is corrupt)");
-    const uint64_t header_bytes = get_le<uint64_t>(file + 12);
+    const uint64_t header_bytes = get_le<uint64_t>(prefix + 12);
     require(header_bytes <= size - kPrefixBytes - kTrailerBytes,
             where + "truncated (header of " + std::to_string(header_bytes) + " bytes does not fit in the " +
                 std::to_string(size) + "-byte file)");
-    require(std::memcmp(file + size - sizeof kEndMagic, kEndMagic, sizeof kEndMagic) == 0,
-            where + "truncated (end marker missing; the write was cut short)");
     const uint64_t body = size - kTrailerBytes;
-    require(get_le<uint32_t>(file + body) == crc32_update(0, file, body), where + "checksum mismatch: file is corrupt");
+    char trailer[kTrailerBytes];
+    file_->read_at(body, trailer, kTrailerBytes);
+    require(std::memcmp(trailer + 4, kEndMagic, sizeof kEndMagic) == 0,
+            where + "truncated (end marker missing; the write was cut short)");
+    // The whole file is checked once here, in bounded chunks; tensors are read when asked for.
+    require(get_le<uint32_t>(trailer) == file_->crc32_of(0, body), where + "checksum mismatch: file is corrupt");
 
-    json header = json::parse(file + kPrefixBytes, file + kPrefixBytes + header_bytes, nullptr, false);
+    std::string header_text(static_cast<size_t>(header_bytes), '\0');
+    file_->read_at(kPrefixBytes, header_text.data(), header_text.size());
+    json header = json::parse(header_text, nullptr, false);
     require(!header.is_discarded(), where + "header is not valid JSON");
     require(header.is_object() && header.contains("meta") && header.contains("tensors") &&
                 header.at("tensors").is_array(),
@@ -194,8 +202,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path), bytes
         require(entry.offset % kAlignment == 0 && entry.offset >= kPrefixBytes + header_bytes &&
                     entry.offset <= body && entry.nbytes <= body - entry.offset,
                 bad + "payload lies outside the data area (file is corrupt)");
-        require(field("crc32").get<uint64_t>() == crc32_update(0, file + entry.offset, entry.nbytes),
-                bad + "checksum mismatch: file is corrupt");
+        require(field("crc32").get<uint64_t>() <= UINT32_MAX, bad + "checksum out of range (file is corrupt)");
+        entry.crc32 = static_cast<uint32_t>(field("crc32").get<uint64_t>());
         names_.push_back(name);
         tensors_.emplace(name, std::move(entry));
     }
@@ -222,7 +230,9 @@ void CheckpointReader::read(const std::string& name, const std::string& expected
                                                shape_text(expected_shape) + " (config mismatch)");
     require(out_nbytes == found.nbytes, where + " has " + std::to_string(found.nbytes) +
                                             " bytes but the destination buffer has " + std::to_string(out_nbytes));
-    if (found.nbytes > 0) std::memcpy(out, bytes_.data() + found.offset, found.nbytes);
+    if (found.nbytes == 0) return;
+    file_->read_at(found.offset, out, found.nbytes);
+    require(crc32_update(0, out, found.nbytes) == found.crc32, where + ": checksum mismatch (the file changed or is corrupt)");
 }
 
 }  // namespace dqt

@@ -7,10 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "io/file_reader.h"
 
 namespace dqt {
 
@@ -33,8 +36,10 @@ struct TensorView {
 // contents. Tensor names must be unique and non-empty.
 void save_checkpoint(const std::string& path, const nlohmann::json& meta, const std::vector<TensorView>& tensors);
 
-// Loads a whole checkpoint into memory and validates it on construction: magic, version,
-// lengths, tensor table, whole-file and per-tensor checksums. Every problem is a one-line
+// Opens a checkpoint and validates it on construction (magic, version, lengths, tensor table,
+// the whole-file checksum, read in bounded chunks); read() then reads one tensor from the file
+// and checks its own checksum. Memory is the header and what the caller reads, never the whole
+// file (an evaluation does not hold a run's optimizer state). Every problem is a one-line
 // dqt::Error naming the file.
 class CheckpointReader {
 public:
@@ -58,11 +63,12 @@ private:
         std::vector<int64_t> shape;
         uint64_t offset = 0;
         uint64_t nbytes = 0;
+        uint32_t crc32 = 0;
     };
     const Entry& entry(const std::string& name) const;
 
     std::string path_;
-    std::string bytes_;  // the whole file
+    std::unique_ptr<FileReader> file_;
     nlohmann::json meta_;
     std::map<std::string, Entry> tensors_;
     std::vector<std::string> names_;
