@@ -46,7 +46,7 @@ void add_eval_command(CLI::App& app) {
     command->callback([args] {
         set_num_threads(args->threads);
         require(args->tokens > 0, "--eval-tokens must be positive");
-        const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        LoadedModel loaded = load_model_checkpoint(args->checkpoint);
         const std::string data_dir = args->data.empty() ? loaded.options.data_dir : args->data;
         require(!data_dir.empty(), args->checkpoint + " names no dataset: pass --data DIR");
         const Dataset data = open_dataset(data_dir);
@@ -54,18 +54,20 @@ void add_eval_command(CLI::App& app) {
                 "dataset " + data_dir + " uses a different tokenizer than the checkpoint");
         const int window = loaded.model->config.seq_len;
         std::unique_ptr<InferenceModel> model = std::make_unique<InferenceModel>(*loaded.model);
+        const std::string method = loaded.model->method.label();
+        if (!args->ternary) loaded.model.reset();  // the inference model holds what evaluation reads
         const EvalResult result = evaluate(*model, data.val, window, args->tokens);
         const std::string kernels = model->kernels_label();
         model.reset();
         nlohmann::json record = {{"checkpoint", args->checkpoint},
                                  {"step", loaded.step},
-                                 {"method", loaded.model->method.label()},
+                                 {"method", method},
                                  {"val_loss", result.loss},
                                  {"val_bits_per_byte", result.bits_per_byte},
                                  {"val_tokens", result.tokens},
                                  {"kernels", kernels}};
-        std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " +
-                           loaded.model->method.label() + "): " + loss_text(result);
+        std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " + method +
+                           "): " + loss_text(result);
         if (args->ternary) {
             for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
                 const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);

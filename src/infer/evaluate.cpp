@@ -1,5 +1,6 @@
 #include "infer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,13 @@
 #include "kernels/cross_entropy.h"
 
 namespace dqt {
+
+namespace {
+
+// Tokens of a window run at once: the forward's scratch is this many rows, whatever the window.
+constexpr int kEvalChunkTokens = 128;
+
+}  // namespace
 
 EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens,
                     Communicator& comm) {
@@ -25,9 +33,14 @@ EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window,
     for (size_t index = rank; index < windows; index += ranks) {
         eval_window(shard, index, window, tokens.data(), targets.data());
         session.reset();
-        const float* logits = session.run(tokens.data(), window, LogitRows::all);
-        losses.push_back(cross_entropy_forward_backward(nullptr, logits, targets.data(), window,
-                                                        model.config.vocab_size, 0.0f));
+        double loss = 0.0;
+        for (int first = 0; first < window; first += kEvalChunkTokens) {
+            const int count = std::min(kEvalChunkTokens, window - first);
+            const float* logits = session.run(tokens.data() + first, count, LogitRows::all);
+            loss += cross_entropy_forward_backward(nullptr, logits, targets.data() + first, count,
+                                                   model.config.vocab_size, 0.0f);
+        }
+        losses.push_back(loss);
     }
     // Rank r's losses are those of windows r, r + N, ...: put them back in window order.
     std::vector<int> counts;

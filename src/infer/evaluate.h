@@ -15,8 +15,8 @@ struct EvalResult {
 };
 
 // Scores up to max_tokens tokens in whole windows of `window` tokens (at most the model's
-// seq_len), each a fresh sequence run through one InferenceSession: memory is one window's
-// KV cache and scratch, whatever max_tokens is. Collective over comm: rank r scores windows
+// seq_len), each a fresh sequence run through one InferenceSession in chunks of 128 tokens:
+// memory is one window's KV cache and one chunk's scratch, whatever max_tokens is. Collective over comm: rank r scores windows
 // r, r + N, ...; the window losses are summed in window order, so the result has the same
 // bits on any number of ranks.
 EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens,
