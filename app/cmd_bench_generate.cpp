@@ -24,7 +24,6 @@
 #include "infer/session.h"
 #include "kernels/vecmath.h"
 #include "quant/codes.h"
-#include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
@@ -213,8 +212,8 @@ void add_bench_generate_command(CLI::App& bench) {
         }
         std::unique_ptr<InferenceModel> built;
         {
-            const LoadedModel loaded = load_model_checkpoint(gguf);
-            built = std::make_unique<InferenceModel>(*loaded.model);
+            const ImportedGguf imported = import_gguf(gguf);
+            built = std::make_unique<InferenceModel>(*imported.model);
         }
         const InferenceModel& model = *built;
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");

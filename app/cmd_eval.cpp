@@ -3,12 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "model_files.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataset.h"
 #include "infer/evaluate.h"
 #include "model/ternary_convert.h"
-#include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
@@ -46,8 +46,8 @@ void add_eval_command(CLI::App& app) {
     command->callback([args] {
         set_num_threads(args->threads);
         require(args->tokens > 0, "--eval-tokens must be positive");
-        LoadedModel loaded = load_model_checkpoint(args->checkpoint);
-        const std::string data_dir = args->data.empty() ? loaded.options.data_dir : args->data;
+        ModelFile loaded = load_model_file(args->checkpoint);
+        const std::string data_dir = args->data.empty() ? loaded.data_dir : args->data;
         require(!data_dir.empty(), args->checkpoint + " names no dataset: pass --data DIR");
         const Dataset data = open_dataset(data_dir);
         require(data.tokenizer->vocab_size() == loaded.model->config.vocab_size,

@@ -3,10 +3,10 @@
 #include <map>
 
 #include "commands.h"
+#include "model_files.h"
 #include "core/error.h"
 #include "export/gguf_model.h"
 #include "model/ternary_convert.h"
-#include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
@@ -47,8 +47,8 @@ void add_export_command(CLI::App& app) {
         options.ternary = ternary_types.at(args->ternary_type);
         options.floats = float_types.at(args->float_type);
 
-        const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
-        options.data_dir = loaded.options.data_dir;
+        const ModelFile loaded = load_model_file(args->checkpoint);
+        options.data_dir = loaded.data_dir;
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const ModelParameters& model = ternary ? *ternary : *loaded.model;

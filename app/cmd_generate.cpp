@@ -1,10 +1,10 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "model_files.h"
 #include "core/parallel.h"
 #include "model/ternary_convert.h"
 #include "infer/generate.h"
-#include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
@@ -43,7 +43,7 @@ void add_generate_command(CLI::App& app) {
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
-        const LoadedModel loaded = load_model_checkpoint(args->checkpoint);
+        const ModelFile loaded = load_model_file(args->checkpoint);
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const InferenceModel model(ternary ? *ternary : *loaded.model);

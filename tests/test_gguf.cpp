@@ -276,10 +276,10 @@ TEST(GgufModel, ExportThenImportIsBitExact) {
         EXPECT_STREQ(ggml_type_name(reader.find_tensor("blk.0.attn_q.weight")->type), c.expected_type);
         EXPECT_EQ(reader.find_tensor("output.weight") != nullptr, !c.config.tie_embeddings);
 
-        const LoadedModel loaded = import_gguf(path);
-        EXPECT_EQ(loaded.model->method.label(), model.method.label());
-        expect_identical(model, *loaded.model);
-        EXPECT_EQ(loaded.tokenizer->kind(), "byte");
+        const ImportedGguf imported = import_gguf(path);
+        EXPECT_EQ(imported.model->method.label(), model.method.label());
+        expect_identical(model, *imported.model);
+        EXPECT_EQ(imported.tokenizer->kind(), "byte");
     }
 }
 
@@ -384,12 +384,12 @@ TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {
     model.initialize(77);
     const std::string path = dir / "bitnet.gguf";
     export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, path);
-    const LoadedModel loaded = import_gguf(path);
-    EXPECT_EQ(loaded.model->method.label(), "dqt-1.58");
+    const ImportedGguf imported = import_gguf(path);
+    EXPECT_EQ(imported.model->method.label(), "dqt-1.58");
     Activations a(config, 1, config.seq_len), b(config, 1, config.seq_len);
     for (size_t i = 0; i < a.tokens.size(); ++i) a.tokens[i] = b.tokens[i] = static_cast<int32_t>((i * 37) % 256);
     model_forward(model, a, false);
-    model_forward(*loaded.model, b, false);
+    model_forward(*imported.model, b, false);
     for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(b.logits[i], a.logits[i], 1e-4f * (1 + std::fabs(a.logits[i])));
 }
 

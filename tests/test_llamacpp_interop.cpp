@@ -244,7 +244,7 @@ void expect_same_in_llamacpp(const LoadedModel& trained, const GgufExportOptions
     const std::string gguf = folder + "/model.gguf";
     export_gguf(*trained.model, *trained.tokenizer, export_options, gguf);
     EXPECT_EQ(GgufReader(gguf).u32("general.file_type"), expected_file_type);
-    LoadedModel imported = load_model_checkpoint(gguf);
+    ImportedGguf imported = import_gguf(gguf);
 
     const int T = trained.model->config.seq_len;
     const Shard validation(trained.options.data_dir + "/val.bin");
@@ -293,7 +293,7 @@ void expect_same_in_llamacpp(const LoadedModel& trained, const GgufExportOptions
 
     // The bounds catch a wrong scale: the same comparison fails against dqt running the last
     // ffn_down 10% too large (as an export writing a wrong .scale would make llama.cpp run).
-    LoadedModel wrong = load_model_checkpoint(gguf);
+    ImportedGguf wrong = import_gguf(gguf);
     const std::string down = "blk." + std::to_string(wrong.model->config.n_layers - 1) + ".ffn_down";
     ASSERT_TRUE(scale_weight(*wrong.model, down, kWrongScale));
     const TextAgreement off = compare_text(*wrong.model, inputs, targets, response["sequences"]);
@@ -408,7 +408,7 @@ TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
             EXPECT_EQ(response["model"]["eos"], eos);
         }
         // And dqt reads its own export back with the same tokenizer.
-        const LoadedModel imported = load_model_checkpoint(gguf);
+        const ImportedGguf imported = import_gguf(gguf);
         EXPECT_EQ(imported.tokenizer->serialize(), tokenizer->serialize());
     }
 }

@@ -334,25 +334,26 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     return summary;
 }
 
-LoadedModel import_gguf(const std::string& path) {
+ImportedGguf import_gguf(const std::string& path) {
     const GgufReader reader(path);
     require(reader.find("dqt.model") != nullptr && reader.find("dqt.method") != nullptr,
             "GGUF file " + path + " was not written by `dqt export`: dqt reads only its own GGUF files");
-    LoadedModel loaded;
+    ImportedGguf imported;
+    ModelConfig c;
+    MethodConfig method;
     try {
-        loaded.options.model = nlohmann::json::parse(reader.string("dqt.model")).get<ModelConfig>();
-        loaded.options.method = nlohmann::json::parse(reader.string("dqt.method")).get<MethodConfig>();
+        c = nlohmann::json::parse(reader.string("dqt.model")).get<ModelConfig>();
+        method = nlohmann::json::parse(reader.string("dqt.method")).get<MethodConfig>();
     } catch (const nlohmann::json::exception& e) {
         throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + e.what() + ")");
     }
     // No dataset unless the export named one: `dqt eval` then asks for --data.
-    loaded.options.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";
-    const ModelConfig& c = loaded.options.model;
+    imported.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";
     c.validate();
-    loaded.options.method.validate();
+    method.validate();
     const std::string arch = reader.string("general.architecture");
-    loaded.model = std::make_unique<ModelParameters>(c, loaded.options.method);
-    ModelParameters& model = *loaded.model;
+    imported.model = std::make_unique<ModelParameters>(c, method);
+    ModelParameters& model = *imported.model;
 
     const GgufValue* scales = reader.find("dqt.code_scales");
     require(scales != nullptr && scales->type == GgufValueType::array &&
@@ -393,10 +394,10 @@ LoadedModel import_gguf(const std::string& path) {
     require(blob != nullptr && blob->type == GgufValueType::array, "GGUF file " + path + " lacks dqt.tokenizer.data");
     std::string bytes;
     for (const auto& byte : blob->value) bytes.push_back(static_cast<char>(byte.get<uint8_t>()));
-    loaded.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
-    require(loaded.tokenizer->vocab_size() == c.vocab_size,
+    imported.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
+    require(imported.tokenizer->vocab_size() == c.vocab_size,
             "GGUF file " + path + ": the tokenizer's vocabulary does not match the model's");
-    return loaded;
+    return imported;
 }
 
 }  // namespace dqt

@@ -17,13 +17,13 @@
 //       (no scale tensor exists for them in llama.cpp) is written as its dequantized values.
 // dqt's own keys (dqt.*) carry the model and method config, the exact per-tensor code scales
 // and the tokenizer, so importing an export gives back the same codes and values bit for bit.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer.h"
 #include "io/gguf.h"
 #include "model/parameters.h"
-#include "train/model_checkpoint.h"
 
 namespace dqt {
 
@@ -47,7 +47,13 @@ struct GgufExportSummary {
 GgufExportSummary export_gguf(const ModelParameters& model, const Tokenizer& tokenizer,
                               const GgufExportOptions& options, const std::string& path);
 
+struct ImportedGguf {
+    std::unique_ptr<ModelParameters> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string data_dir;  // dqt.data_dir: the dataset the model was trained on; empty when the export named none
+};
+
 // Reads a GGUF file that dqt wrote; dqt::Error for one it did not (no dqt.* keys) or any damage.
-LoadedModel import_gguf(const std::string& path);
+ImportedGguf import_gguf(const std::string& path);
 
 }  // namespace dqt

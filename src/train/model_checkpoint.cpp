@@ -3,9 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "export/gguf_model.h"
 #include "io/checkpoint.h"
-#include "io/gguf.h"
 
 namespace dqt {
 
@@ -122,7 +120,6 @@ TrainOptions read_checkpoint_options(const std::string& path) {
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {
-    if (is_gguf_file(path)) return import_gguf(path);
     CheckpointReader reader(path);
     check_kind(reader, path);
     LoadedModel loaded;

@@ -28,7 +28,7 @@ struct LoadedModel {
     int step = 0;
 };
 
-// Model and tokenizer only (eval, generate); also reads a GGUF file that `dqt export` wrote.
+// Model and tokenizer only, no optimizer state (eval, generate, export).
 LoadedModel load_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
 // config (resume); returns where the run stood.

@@ -1,0 +1,22 @@
+#pragma once
+// The model file a command is given: a training checkpoint (train/) or a GGUF file that
+// `dqt export` wrote (export/). Only app/ sees both folders, so the choice is made here.
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "model/parameters.h"
+
+namespace dqt::cli {
+
+struct ModelFile {
+    std::unique_ptr<ModelParameters> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string data_dir;  // the dataset the model was trained on; empty when the file names none
+    int step = 0;          // optimizer steps of the run; 0 for a GGUF file
+};
+
+// A GGUF file by its magic bytes, anything else as a checkpoint.
+ModelFile load_model_file(const std::string& path);
+
+}  // namespace dqt::cli
