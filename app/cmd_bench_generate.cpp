@@ -34,7 +34,7 @@ struct BenchGenerateArgs {
     ModelConfig model_flags;
     std::string config_path;
     std::string bits = "1.58";  // of the random default model
-    std::string kv_cache = "f16";
+    std::string kv_cache = "f32";
     int prompt_tokens = 128;
     int decode_tokens = 64;
     int repeats = 3;

@@ -17,7 +17,7 @@ struct GenerateArgs {
     int threads = 0;
     bool ternary = false;
     std::string ternary_rule = "absmean";
-    std::string kv_cache = "f16";
+    std::string kv_cache = "f32";
 };
 }  // namespace
 

@@ -80,7 +80,7 @@ void run(CLI::App& command, TrainArgs& args) {
     std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n%s", sampling.temperature, sampling.top_k,
                 args.sample_prompt.c_str(), args.sample_prompt.c_str());
     const InferenceModel model(*loaded.model);
-    generate_text(model, *loaded.tokenizer, args.sample_prompt, 200, sampling, KvCacheType::f16, [](const std::string& piece) {
+    generate_text(model, *loaded.tokenizer, args.sample_prompt, 200, sampling, KvCacheType::f32, [](const std::string& piece) {
         std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
     });

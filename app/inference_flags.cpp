@@ -10,7 +10,7 @@ void add_ternary_rule_flag(CLI::App& command, std::string& rule) {
 
 void add_kv_cache_flag(CLI::App& command, std::string& type) {
     command.add_option("--kv-cache", type,
-                       "KV cache: f16 (half the bytes a decode step reads) or f32 (decode equals the full forward bit for bit)")
+                       "KV cache: f32 (decode equals the full forward bit for bit) or f16 (half the memory)")
         ->check(CLI::IsMember({"f16", "f32"}))
         ->capture_default_str();
 }

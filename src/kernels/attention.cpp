@@ -1,5 +1,7 @@
 #include "kernels/attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -308,55 +310,74 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
-// Loads kTileCols cached values as floats: a plain load, or fp16 widened (vcvtph2ps where the
-// clone has F16C).
-[[gnu::always_inline]] inline Vec load_cached(const float* p) {
-    Vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-using HalfVec = _Float16 __attribute__((vector_size(kTileCols * sizeof(_Float16))));
-[[gnu::always_inline]] inline Vec load_cached(const _Float16* p) {
-    HalfVec h;
-    std::memcpy(&h, p, sizeof h);
-    return __builtin_convertvector(h, Vec);
-}
-
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
-// decode gives the bits of the full forward's row pos over the same (cached) keys and values.
-// q, out (head_dim); keys_t (head_dim, key_stride) this kv head's keys transposed; v (pos + 1
-// rows, v_row_stride apart, readable kTileCols values past head_dim); scores, probs
-// (round_up(pos + 1, kTileCols)). Cache is float or _Float16.
-template <typename Cache>
-[[gnu::always_inline]] inline void decode_head_body(float* out, const float* q, const Cache* keys_t,
-                                                    ptrdiff_t key_stride, const Cache* v, ptrdiff_t v_row_stride,
-                                                    int pos, int head_dim, float scale, float* scores, float* probs) {
-    const int n = pos + 1;
-    for (int j0 = 0; j0 < n; j0 += kTileCols) {
-        Vec acc = {};
-        for (int d = 0; d < head_dim; ++d) acc += q[d] * load_cached(keys_t + d * key_stride + j0);
-        store_vec(scores + j0, acc);
-    }
-    softmax_row(probs, scores, n, n, scale);
-    for (int d0 = 0; d0 < head_dim; d0 += kTileCols) {
-        Vec acc = {};
-        for (int j = 0; j < n; ++j) acc += probs[j] * load_cached(v + j * v_row_stride + d0);
-        const int width = std::min(kTileCols, head_dim - d0);
-        for (int l = 0; l < width; ++l) out[d0 + l] = acc[l];
-    }
-}
-
+// decode gives the bits of the full forward's row pos over the same keys and values. q, out
+// (head_dim); keys_t (head_dim, key_stride) this kv head's keys transposed; v (pos + 1 rows,
+// v_row_stride apart, readable kTileCols floats past head_dim); scores, probs
+// (round_up(pos + 1, kTileCols)).
 DQT_TARGET_CLONES
 void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
                  ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
-    decode_head_body(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+    // Up to kChains tiles advance together: independent chains hide the multiply-add latency,
+    // and each chain keeps its own order, so the bits stay those of forward_head.
+    constexpr int kChains = 4;
+    const int n = pos + 1;
+    for (int j0 = 0; j0 < n; j0 += kChains * kTileCols) {
+        const int chains = std::min(kChains, (n - j0 + kTileCols - 1) / kTileCols);
+        Vec acc[kChains] = {};
+        for (int d = 0; d < head_dim; ++d) {
+            for (int c = 0; c < chains; ++c) {
+                Vec keys;
+                std::memcpy(&keys, keys_t + d * key_stride + j0 + c * kTileCols, sizeof keys);
+                acc[c] += q[d] * keys;
+            }
+        }
+        for (int c = 0; c < chains; ++c) store_vec(scores + j0 + c * kTileCols, acc[c]);
+    }
+    softmax_row(probs, scores, n, n, scale);
+    for (int d0 = 0; d0 < head_dim; d0 += kChains * kTileCols) {
+        const int chains = std::min(kChains, (head_dim - d0 + kTileCols - 1) / kTileCols);
+        Vec acc[kChains] = {};
+        for (int j = 0; j < n; ++j) {
+            for (int c = 0; c < chains; ++c) {
+                Vec values;
+                std::memcpy(&values, v + j * v_row_stride + d0 + c * kTileCols, sizeof values);
+                acc[c] += probs[j] * values;
+            }
+        }
+        for (int c = 0; c < chains; ++c) {
+            const int first = d0 + c * kTileCols, width = std::min(kTileCols, head_dim - first);
+            for (int l = 0; l < width; ++l) out[first + l] = acc[c][l];
+        }
+    }
 }
 
-DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const _Float16* keys_t, ptrdiff_t key_stride, const _Float16* v,
-                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
-    decode_head_body(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+// out[0, count) = in[0, count) widened from fp16 (exact), 16 at a time where the CPU has
+// AVX-512 or F16C: GCC 12 does not vectorise _Float16 conversions by itself.
+__attribute__((target("avx512f"))) void widen_f16_avx512(const _Float16* in, float* out, size_t count) {
+    size_t i = 0;
+    for (; i + 16 <= count; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
+    for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void widen_f16_f16c(const _Float16* in, float* out, size_t count) {
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
+}
+
+void widen_f16(const _Float16* in, float* out, size_t count) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f"), f16c = __builtin_cpu_supports("f16c");
+    if (avx512) {
+        widen_f16_avx512(in, out, count);
+    } else if (f16c) {
+        widen_f16_f16c(in, out, count);
+    } else {
+        for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
+    }
 }
 
 void check_heads(int heads, int kv_heads) {
@@ -418,7 +439,7 @@ size_t attention_value_slack() { return kTileCols; }
 namespace {
 
 template <typename Cache>
-void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values, int value_stride, const float* k,
+[[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values, int value_stride, const float* k,
                               const float* v, int first_pos, int count, int kv_heads, int head_dim) {
     const int kv_dim = kv_heads * head_dim;
     for (int t = 0; t < count; ++t) {
@@ -435,6 +456,33 @@ void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values, int 
     }
 }
 
+// The part of a kv head's cache that decode at pos reads, as floats: fp32 caches in place; fp16
+// ones widened into per-thread buffers (the cache is read from memory once, at half the bytes,
+// and the arithmetic stays the fp32 path's). Keys come back with their row stride.
+struct HeadCache {
+    const float* keys_t;
+    ptrdiff_t key_stride;
+    const float* values;
+};
+
+HeadCache head_cache(const float* keys_t, int key_stride, const float* values, int, int, std::vector<float>&,
+                     std::vector<float>&) {
+    return {keys_t, key_stride, values};
+}
+
+HeadCache head_cache(const _Float16* keys_t, int key_stride, const _Float16* values, int pos, int head_dim,
+                     std::vector<float>& keys, std::vector<float>& widened_values) {
+    const int padded = round_up(pos + 1, kTileCols);  // whole tiles of keys
+    keys.resize(static_cast<size_t>(head_dim) * padded);
+    for (int d = 0; d < head_dim; ++d)
+        widen_f16(keys_t + static_cast<ptrdiff_t>(d) * key_stride, keys.data() + static_cast<size_t>(d) * padded,
+                  static_cast<size_t>(padded));
+    // pos + 1 rows, and the values the tiles read past the last one.
+    widened_values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
+    widen_f16(values, widened_values.data(), widened_values.size());
+    return {keys.data(), padded, widened_values.data()};
+}
+
 template <typename Cache>
 void attention_decode_from(float* out, const float* q, const Cache* keys_t, int key_stride, const Cache* values,
                            int value_stride, int pos, int heads, int kv_heads, int head_dim) {
@@ -445,13 +493,17 @@ void attention_decode_from(float* out, const float* q, const Cache* keys_t, int 
 #pragma omp parallel
     {
         std::vector<float> scores(padded), probs(padded);  // small and transient
+        std::vector<float> widened_keys, widened_values;   // fp16 caches only
 #pragma omp for schedule(static)
         for (int h = 0; h < heads; ++h) {
             const int kv_head = h / group;
+            const HeadCache cache =
+                head_cache(keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
+                           values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, pos, head_dim,
+                           widened_keys, widened_values);
             decode_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
-                        keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
-                        values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, head_dim, pos, head_dim,
-                        scale, scores.data(), probs.data());
+                        cache.keys_t, cache.key_stride, cache.values, head_dim, pos, head_dim, scale, scores.data(),
+                        probs.data());
         }
     }
 }
@@ -463,6 +515,8 @@ void store_keys_and_values(float* keys_t, int key_stride, float* values, int val
     store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
 }
 
+// Cloned: the x86-64-v3/v4 builds convert with F16C instructions, the baseline one in software.
+DQT_TARGET_CLONES
 void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim) {
     store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
@@ -478,6 +532,7 @@ void attention_decode(float* out, const float* q, const _Float16* keys_t, int ke
     attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim);
 }
 
+DQT_TARGET_CLONES
 void round_to_f16_in_place(float* x, size_t count) {
     for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
 }
