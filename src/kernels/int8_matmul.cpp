@@ -1,22 +1,151 @@
-// TEMPORARY scalar stand-in until the int8 kernel branch lands (not to be committed).
 #include "kernels/int8_matmul.h"
+
+#include <algorithm>
 #include <cstring>
+#include <string>
+
 #include "core/error.h"
+#include "kernels/int8_tiles.h"
+
 namespace dqt {
+
+namespace {
+
+// Tiles per OpenMP work item: whole tiles, so only the last item has a ragged edge; few, so
+// that even a decode's small matrices split evenly over many threads.
+constexpr int kTilesPerItem = 2;
+
+Int8TileKernel tile_kernel(Int8Isa isa, int activation_rows) {
+    switch (isa) {
+        case Int8Isa::avx2: return int8_tile_kernel_avx2(activation_rows);
+        case Int8Isa::avx512_vnni: return int8_tile_kernel_avx512_vnni(activation_rows);
+        case Int8Isa::scalar: break;
+    }
+    return int8_tile_kernel_scalar(activation_rows);
+}
+
+// Checked without require() in the per-tile entry point: its message string would be built on
+// every call.
+void check_shapes(const Int8Matrix& w, const Int8Rows& x, Int8Isa isa, const char* caller) {
+    if (x.cols != w.cols || x.padded_cols != w.padded_cols)
+        throw Error(std::string(caller) + ": activations have " + std::to_string(x.cols) + " columns (padded " +
+                    std::to_string(x.padded_cols) + "), weights " + std::to_string(w.cols) + " (padded " +
+                    std::to_string(w.padded_cols) + ")");
+    if (!int8_isa_supported(isa)) throw Error(std::string(caller) + ": this CPU lacks " + int8_isa_name(isa));
+}
+
+// Weight rows [row_begin, row_end), shapes already checked.
+void matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end,
+                 const Int8TileKernel& kernel) {
+    // Weight tiles outermost: a tile's rows stay in L1 while every activation row passes.
+    for (int w_first = row_begin; w_first < row_end; w_first += kernel.max_w_rows) {
+        const int w_count = std::min(kernel.max_w_rows, row_end - w_first);
+        const int8_t* w_rows[kInt8TileMaxWeightRows];
+        for (int i = 0; i < w_count; ++i) w_rows[i] = w.row(w_first + i);
+        for (int a_first = 0; a_first < x.rows; a_first += kernel.max_a_rows) {
+            const int a_count = std::min(kernel.max_a_rows, x.rows - a_first);
+            const int8_t* a_rows[kInt8TileMaxActivationRows];
+            for (int j = 0; j < a_count; ++j) a_rows[j] = x.row(a_first + j);
+            int32_t dots[kInt8TileMaxWeightRows * kInt8DotsStride];  // (weight row, activation row)
+            kernel.run(w_rows, w_count, a_rows, a_count, w.cols, dots);
+            for (int j = 0; j < a_count; ++j) {
+                const int r = a_first + j;
+                const float factor = int8_output_factor(w.scale, x.scales[r]);
+                float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
+                for (int i = 0; i < w_count; ++i) {
+                    // Exact: the true dot fits int32 (kInt8MaxCols), so does each term.
+                    const int32_t dot =
+                        dots[i * kInt8DotsStride + j] - kernel.activation_bias * w.row_sums[w_first + i];
+                    out_row[i] = factor * static_cast<float>(dot);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
 Int8Matrix pack_int8(const int8_t* q, int rows, int cols, float scale) {
-    Int8Matrix w; w.rows = rows; w.cols = cols; w.padded_cols = int8_padded_cols(cols); w.scale = scale;
-    w.values = Array<int8_t>(MemCategory::weights, static_cast<size_t>(rows) * w.padded_cols);
+    require(rows >= 0 && cols >= 0, "pack_int8: negative shape " + std::to_string(rows) + " x " + std::to_string(cols));
+    require(cols <= kInt8MaxCols, "pack_int8: " + std::to_string(cols) + " columns, the int8 kernels take at most " +
+                                      std::to_string(kInt8MaxCols) + " (int32 sums)");
+    Int8Matrix w;
+    w.rows = rows;
+    w.cols = cols;
+    w.padded_cols = int8_padded_cols(cols);
+    w.scale = scale;
+    w.values = Array<int8_t>(MemCategory::weights, static_cast<size_t>(rows) * w.padded_cols);  // zeroed padding
     w.row_sums.assign(rows, 0);
-    for (int r = 0; r < rows; ++r) for (int c = 0; c < cols; ++c) { w.values[static_cast<size_t>(r) * w.padded_cols + c] = q[static_cast<size_t>(r) * cols + c]; w.row_sums[r] += q[static_cast<size_t>(r) * cols + c]; }
+    for (int r = 0; r < rows; ++r) {
+        const int8_t* source = q + static_cast<size_t>(r) * cols;
+        std::memcpy(w.values.data() + static_cast<size_t>(r) * w.padded_cols, source, static_cast<size_t>(cols));
+        int32_t sum = 0;
+        for (int c = 0; c < cols; ++c) sum += source[c];
+        w.row_sums[r] = sum;
+    }
     return w;
 }
-const char* int8_isa_name(Int8Isa) { return "scalar"; }
-bool int8_isa_supported(Int8Isa isa) { return isa == Int8Isa::scalar; }
-Int8Isa best_int8_isa() { return Int8Isa::scalar; }
-void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, Int8Isa) {
-    for (int r = 0; r < x.rows; ++r) for (int o = row_begin; o < row_end; ++o) { int32_t d = 0; for (int c = 0; c < w.cols; ++c) d += w.row(o)[c] * x.row(r)[c]; out[static_cast<size_t>(r) * w.rows + o] = int8_output_factor(w.scale, x.scales[r]) * static_cast<float>(d); }
+
+const char* int8_isa_name(Int8Isa isa) {
+    switch (isa) {
+        case Int8Isa::scalar: return "scalar";
+        case Int8Isa::avx2: return "avx2";
+        case Int8Isa::avx512_vnni: return "avx512-vnni";
+    }
+    return "?";
 }
-void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, Int8Isa isa) { int8_matmul_rows(w, x, out, 0, w.rows, isa); }
-void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out) { int8_matmul_rows(w, x, out, 0, w.rows, Int8Isa::scalar); }
-void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out) { int8_matmul_rows(w, x, out, 0, w.rows, Int8Isa::scalar); }
+
+bool int8_isa_supported(Int8Isa isa) {
+    switch (isa) {
+        case Int8Isa::scalar: return true;
+        case Int8Isa::avx2: return __builtin_cpu_supports("avx2");
+        case Int8Isa::avx512_vnni:
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
 }
+
+Int8Isa best_int8_isa() {
+    static const Int8Isa best = int8_isa_supported(Int8Isa::avx512_vnni) ? Int8Isa::avx512_vnni
+                                : int8_isa_supported(Int8Isa::avx2)      ? Int8Isa::avx2
+                                                                         : Int8Isa::scalar;
+    return best;
+}
+
+void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out) { int8_matmul(w, x, out, best_int8_isa()); }
+
+void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, Int8Isa isa) {
+    // Checked here, before the parallel region, which an exception must not leave: the
+    // per-item calls then cannot fail.
+    check_shapes(w, x, isa, "int8_matmul");
+    const int item_rows = kTilesPerItem * tile_kernel(isa, x.rows).max_w_rows;
+    const int items = (w.rows + item_rows - 1) / item_rows;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < items; ++t)
+        int8_matmul_rows(w, x, out, t * item_rows, std::min(w.rows, (t + 1) * item_rows), isa);
+}
+
+void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, Int8Isa isa) {
+    check_shapes(w, x, isa, "int8_matmul_rows");
+    if (row_begin < 0 || row_begin > row_end || row_end > w.rows)
+        throw Error("int8_matmul_rows: weight rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+                    ") outside [0, " + std::to_string(w.rows) + ")");
+    matmul_rows(w, x, out, row_begin, row_end, tile_kernel(isa, x.rows));
+}
+
+void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out) {
+    require(x.cols == w.cols, "int8_matmul_reference: activations have " + std::to_string(x.cols) +
+                                  " columns, weights " + std::to_string(w.cols));
+    for (int r = 0; r < x.rows; ++r) {
+        for (int o = 0; o < w.rows; ++o) {
+            int64_t dot = 0;
+            for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(w.row(o)[c]) * x.row(r)[c];
+            // The same float epilogue as the fast paths: the sums are exact, so all paths agree bit for bit.
+            const float factor = int8_output_factor(w.scale, x.scales[r]);
+            out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
+        }
+    }
+}
+
+}  // namespace dqt
