@@ -20,7 +20,7 @@
 namespace dqt {
 namespace {
 
-constexpr Int8Isa kAllIsas[] = {Int8Isa::scalar, Int8Isa::avx2, Int8Isa::avx512_vnni};
+constexpr IntegerIsa kAllIsas[] = {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni};
 
 uint32_t test_seed() {
     const char* text = std::getenv("DQT_TEST_SEED");
@@ -66,8 +66,8 @@ int expect_every_path_matches_reference(const Int8Matrix& w, const Int8Rows& x, 
     std::vector<float> expected(static_cast<size_t>(x.rows) * w.rows), got(expected.size());
     int8_matmul_reference(w, x, expected.data());
     int paths_run = 0;
-    for (Int8Isa isa : kAllIsas) {
-        if (!int8_isa_supported(isa)) continue;
+    for (IntegerIsa isa : kAllIsas) {
+        if (!integer_isa_supported(isa)) continue;
         ++paths_run;
         for (bool whole : {true, false}) {
             std::fill(got.begin(), got.end(), NAN);
@@ -76,7 +76,7 @@ int expect_every_path_matches_reference(const Int8Matrix& w, const Int8Rows& x, 
             else
                 int8_matmul_rows(w, x, got.data(), 0, w.rows, isa);
             for (size_t i = 0; i < got.size(); ++i) {
-                EXPECT_EQ(got[i], expected[i]) << int8_isa_name(isa) << (whole ? " int8_matmul " : " int8_matmul_rows ")
+                EXPECT_EQ(got[i], expected[i]) << integer_isa_name(isa) << (whole ? " int8_matmul " : " int8_matmul_rows ")
                                                << what << " at " << i;
                 if (got[i] != expected[i]) return paths_run;  // one message per failing case
             }
@@ -214,8 +214,8 @@ TEST(Int8Matmul, RowRangeWritesOnlyThoseOutputs) {
     std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size());
     int8_matmul_reference(w, x, expected.data());
     const float sentinel = -12345.0f;  // not a value any output takes: outputs are multiples of 0.05 / 3
-    for (Int8Isa isa : kAllIsas) {
-        if (!int8_isa_supported(isa)) continue;
+    for (IntegerIsa isa : kAllIsas) {
+        if (!integer_isa_supported(isa)) continue;
         for (auto [begin, end] : {std::pair{0, 1}, std::pair{3, 9}, std::pair{5, 37}, std::pair{17, 17}, std::pair{36, 37}}) {
             std::fill(got.begin(), got.end(), sentinel);
             int8_matmul_rows(w, x, got.data(), begin, end, isa);
@@ -223,9 +223,9 @@ TEST(Int8Matmul, RowRangeWritesOnlyThoseOutputs) {
                 for (int o = 0; o < rows; ++o) {
                     const size_t at = static_cast<size_t>(r) * rows + o;
                     if (o >= begin && o < end)
-                        ASSERT_EQ(got[at], expected[at]) << int8_isa_name(isa) << " [" << begin << ", " << end << ") row " << r << " o " << o;
+                        ASSERT_EQ(got[at], expected[at]) << integer_isa_name(isa) << " [" << begin << ", " << end << ") row " << r << " o " << o;
                     else
-                        ASSERT_EQ(got[at], sentinel) << int8_isa_name(isa) << " [" << begin << ", " << end << ") wrote row " << r << " o " << o;
+                        ASSERT_EQ(got[at], sentinel) << integer_isa_name(isa) << " [" << begin << ", " << end << ") wrote row " << r << " o " << o;
                 }
             }
         }
@@ -240,8 +240,8 @@ TEST(Int8Matmul, RefusesMismatchedShapesRangesAndTooWideRows) {
     quantize_rows_int8(x.data(), 1, 5, a);
     EXPECT_THROW(int8_matmul(w, a, out.data()), Error);
     EXPECT_THROW(int8_matmul_reference(w, a, out.data()), Error);
-    for (Int8Isa isa : kAllIsas) {
-        if (!int8_isa_supported(isa)) {
+    for (IntegerIsa isa : kAllIsas) {
+        if (!integer_isa_supported(isa)) {
             EXPECT_THROW(int8_matmul(w, a, out.data(), isa), Error);
             continue;
         }
@@ -250,10 +250,10 @@ TEST(Int8Matmul, RefusesMismatchedShapesRangesAndTooWideRows) {
     }
     Int8Rows fits;
     quantize_rows_int8(x.data(), 1, 4, fits);
-    EXPECT_NO_THROW(int8_matmul_rows(w, fits, out.data(), 0, 2, best_int8_isa()));
-    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), -1, 1, best_int8_isa()), Error);
-    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), 0, 3, best_int8_isa()), Error);
-    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), 2, 1, best_int8_isa()), Error);
+    EXPECT_NO_THROW(int8_matmul_rows(w, fits, out.data(), 0, 2, best_integer_isa()));
+    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), -1, 1, best_integer_isa()), Error);
+    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), 0, 3, best_integer_isa()), Error);
+    EXPECT_THROW(int8_matmul_rows(w, fits, out.data(), 2, 1, best_integer_isa()), Error);
     const std::vector<int8_t> wide(kInt8MaxCols + 1, 0);
     EXPECT_THROW(pack_int8(wide.data(), 1, kInt8MaxCols + 1, 1.0f), Error);
 }

@@ -84,13 +84,13 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
         quantize_rows_int8(x.data(), n, cols, a);
         std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size());
         ternary_matmul_reference(w, a, expected.data());
-        for (TernaryIsa isa : {TernaryIsa::scalar, TernaryIsa::avx2, TernaryIsa::avx512_vnni}) {
-            if (!ternary_isa_supported(isa)) continue;
+        for (IntegerIsa isa : {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+            if (!integer_isa_supported(isa)) continue;
             ++paths_run;
             std::fill(got.begin(), got.end(), NAN);
             ternary_matmul(w, a, got.data(), isa);
             for (size_t i = 0; i < got.size(); ++i)
-                ASSERT_EQ(got[i], expected[i]) << ternary_isa_name(isa) << " rows " << rows << " cols " << cols
+                ASSERT_EQ(got[i], expected[i]) << integer_isa_name(isa) << " rows " << rows << " cols " << cols
                                                << " batch " << n << " at " << i;
         }
     }

@@ -149,8 +149,8 @@ std::string InferenceModel::kernels_label() const {
     ternary |= head.format == LinearFormat::ternary;
     int8 |= head.format == LinearFormat::int8;
     std::string label;
-    if (ternary) label = std::string("ternary ") + ternary_isa_name(best_ternary_isa());
-    if (int8) label += std::string(label.empty() ? "" : ", ") + "int8 " + int8_isa_name(best_int8_isa());
+    if (ternary) label = std::string("ternary ") + integer_isa_name(best_integer_isa());
+    if (int8) label += std::string(label.empty() ? "" : ", ") + "int8 " + integer_isa_name(best_integer_isa());
     return label.empty() ? "none" : label;
 }
 

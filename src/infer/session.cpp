@@ -109,8 +109,7 @@ void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const 
         total_rows += job.weight->rows;
     }
     quantized_.reshape(n, cols);
-    const TernaryIsa ternary_isa = best_ternary_isa();
-    const Int8Isa int8_isa = best_int8_isa();
+    const IntegerIsa isa = best_integer_isa();
     // One parallel region: the input rows are quantized, then every thread runs a contiguous
     // share of all the jobs' weight rows (decode streams each weight byte exactly once).
 #pragma omp parallel
@@ -129,9 +128,9 @@ void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const 
             if (first_row < last_row) {
                 if (w.format == LinearFormat::ternary) {
                     ternary_matmul_rows(w.ternary, quantized_, job.out, static_cast<size_t>(w.rows), first_row,
-                                        last_row, ternary_isa);
+                                        last_row, isa);
                 } else {
-                    int8_matmul_rows(w.int8, quantized_, job.out, first_row, last_row, int8_isa);
+                    int8_matmul_rows(w.int8, quantized_, job.out, first_row, last_row, isa);
                 }
             }
             offset += w.rows;

@@ -15,23 +15,23 @@ namespace {
 // that even a decode's small matrices split evenly over many threads.
 constexpr int kTilesPerItem = 2;
 
-Int8TileKernel tile_kernel(Int8Isa isa, int activation_rows) {
+Int8TileKernel tile_kernel(IntegerIsa isa, int activation_rows) {
     switch (isa) {
-        case Int8Isa::avx2: return int8_tile_kernel_avx2(activation_rows);
-        case Int8Isa::avx512_vnni: return int8_tile_kernel_avx512_vnni(activation_rows);
-        case Int8Isa::scalar: break;
+        case IntegerIsa::avx2: return int8_tile_kernel_avx2(activation_rows);
+        case IntegerIsa::avx512_vnni: return int8_tile_kernel_avx512_vnni(activation_rows);
+        case IntegerIsa::scalar: break;
     }
     return int8_tile_kernel_scalar(activation_rows);
 }
 
 // Checked without require() in the per-tile entry point: its message string would be built on
 // every call.
-void check_shapes(const Int8Matrix& w, const Int8Rows& x, Int8Isa isa, const char* caller) {
+void check_shapes(const Int8Matrix& w, const Int8Rows& x, IntegerIsa isa, const char* caller) {
     if (x.cols != w.cols || x.padded_cols != w.padded_cols)
         throw Error(std::string(caller) + ": activations have " + std::to_string(x.cols) + " columns (padded " +
                     std::to_string(x.padded_cols) + "), weights " + std::to_string(w.cols) + " (padded " +
                     std::to_string(w.padded_cols) + ")");
-    if (!int8_isa_supported(isa)) throw Error(std::string(caller) + ": this CPU lacks " + int8_isa_name(isa));
+    if (!integer_isa_supported(isa)) throw Error(std::string(caller) + ": this CPU lacks " + integer_isa_name(isa));
 }
 
 // Weight rows [row_begin, row_end), shapes already checked.
@@ -86,36 +86,9 @@ Int8Matrix pack_int8(const int8_t* q, int rows, int cols, float scale) {
     return w;
 }
 
-const char* int8_isa_name(Int8Isa isa) {
-    switch (isa) {
-        case Int8Isa::scalar: return "scalar";
-        case Int8Isa::avx2: return "avx2";
-        case Int8Isa::avx512_vnni: return "avx512-vnni";
-    }
-    return "?";
-}
+void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out) { int8_matmul(w, x, out, best_integer_isa()); }
 
-bool int8_isa_supported(Int8Isa isa) {
-    switch (isa) {
-        case Int8Isa::scalar: return true;
-        case Int8Isa::avx2: return __builtin_cpu_supports("avx2");
-        case Int8Isa::avx512_vnni:
-            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vnni");
-    }
-    return false;
-}
-
-Int8Isa best_int8_isa() {
-    static const Int8Isa best = int8_isa_supported(Int8Isa::avx512_vnni) ? Int8Isa::avx512_vnni
-                                : int8_isa_supported(Int8Isa::avx2)      ? Int8Isa::avx2
-                                                                         : Int8Isa::scalar;
-    return best;
-}
-
-void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out) { int8_matmul(w, x, out, best_int8_isa()); }
-
-void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, Int8Isa isa) {
+void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, IntegerIsa isa) {
     // Checked here, before the parallel region, which an exception must not leave: the
     // per-item calls then cannot fail.
     check_shapes(w, x, isa, "int8_matmul");
@@ -126,7 +99,7 @@ void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, Int8Isa isa
         int8_matmul_rows(w, x, out, t * item_rows, std::min(w.rows, (t + 1) * item_rows), isa);
 }
 
-void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, Int8Isa isa) {
+void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, IntegerIsa isa) {
     check_shapes(w, x, isa, "int8_matmul_rows");
     if (row_begin < 0 || row_begin > row_end || row_end > w.rows)
         throw Error("int8_matmul_rows: weight rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +

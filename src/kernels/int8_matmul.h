@@ -20,6 +20,7 @@
 
 #include "core/memory.h"
 #include "kernels/int8_rows.h"
+#include "kernels/integer_isa.h"
 
 namespace dqt {
 
@@ -42,22 +43,18 @@ struct Int8Matrix {
 // q (rows, cols) -> packed. dqt::Error for cols > kInt8MaxCols or a negative shape.
 Int8Matrix pack_int8(const int8_t* q, int rows, int cols, float scale);
 
-enum class Int8Isa { scalar, avx2, avx512_vnni };
-const char* int8_isa_name(Int8Isa isa);
-bool int8_isa_supported(Int8Isa isa);  // by this CPU's features
-Int8Isa best_int8_isa();               // the fastest supported path
 
 // out (x.rows, w.rows) row-major = x . W^T with the given path (default: the best this CPU
 // has), parallel (OpenMP) over tiles of weight rows. x.cols must equal w.cols; dqt::Error
 // otherwise, and for a path this CPU lacks.
 void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out);
-void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, Int8Isa isa);
+void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, IntegerIsa isa);
 
 // The same product for weight rows [row_begin, row_end) only, on the calling thread (no
 // OpenMP inside), for callers that split the work themselves. out is still the whole
 // (x.rows, w.rows) matrix; only out[r * w.rows + o] for o in [row_begin, row_end) is written.
 // dqt::Error for a range outside [0, w.rows].
-void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, Int8Isa isa);
+void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, IntegerIsa isa);
 
 // The slow reference: weight by weight, int64 sums, the same float epilogue.
 void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out);

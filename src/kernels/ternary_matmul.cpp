@@ -13,18 +13,18 @@ namespace dqt {
 namespace {
 
 // Checked with if, not require(): the message would be built on every call.
-void check_operands(const TernaryMatrix& w, const Int8Rows& x, TernaryIsa isa) {
+void check_operands(const TernaryMatrix& w, const Int8Rows& x, IntegerIsa isa) {
     if (x.cols != w.cols)
         throw Error("ternary_matmul: activations have " + std::to_string(x.cols) + " columns, weights " +
                     std::to_string(w.cols));
-    if (!ternary_isa_supported(isa)) throw Error(std::string("ternary_matmul: this CPU lacks ") + ternary_isa_name(isa));
+    if (!integer_isa_supported(isa)) throw Error(std::string("ternary_matmul: this CPU lacks ") + integer_isa_name(isa));
 }
 
-TernaryTileKernel tile_kernel(TernaryIsa isa) {
+TernaryTileKernel tile_kernel(IntegerIsa isa) {
     switch (isa) {
-        case TernaryIsa::avx2: return ternary_tile_kernel_avx2();
-        case TernaryIsa::avx512_vnni: return ternary_tile_kernel_avx512_vnni();
-        case TernaryIsa::scalar: break;
+        case IntegerIsa::avx2: return ternary_tile_kernel_avx2();
+        case IntegerIsa::avx512_vnni: return ternary_tile_kernel_avx512_vnni();
+        case IntegerIsa::scalar: break;
     }
     return ternary_tile_kernel_scalar();
 }
@@ -64,36 +64,9 @@ int ternary_code_at(const TernaryMatrix& w, int row, int col) {
     return ((w.row(row)[slot.byte] >> slot.shift) & 3) - 1;
 }
 
-const char* ternary_isa_name(TernaryIsa isa) {
-    switch (isa) {
-        case TernaryIsa::scalar: return "scalar";
-        case TernaryIsa::avx2: return "avx2";
-        case TernaryIsa::avx512_vnni: return "avx512-vnni";
-    }
-    return "?";
-}
+void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out) { ternary_matmul(w, x, out, best_integer_isa()); }
 
-bool ternary_isa_supported(TernaryIsa isa) {
-    switch (isa) {
-        case TernaryIsa::scalar: return true;
-        case TernaryIsa::avx2: return __builtin_cpu_supports("avx2");
-        case TernaryIsa::avx512_vnni:
-            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vnni");
-    }
-    return false;
-}
-
-TernaryIsa best_ternary_isa() {
-    static const TernaryIsa best = ternary_isa_supported(TernaryIsa::avx512_vnni) ? TernaryIsa::avx512_vnni
-                                   : ternary_isa_supported(TernaryIsa::avx2)      ? TernaryIsa::avx2
-                                                                                  : TernaryIsa::scalar;
-    return best;
-}
-
-void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out) { ternary_matmul(w, x, out, best_ternary_isa()); }
-
-void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, TernaryIsa isa) {
+void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, IntegerIsa isa) {
     check_operands(w, x, isa);
     const int w_tiles = (w.rows + kTileWeightRows - 1) / kTileWeightRows;
     // Weight tiles split over the threads; each tile's rows stay in L1 while every activation row passes.
@@ -104,9 +77,9 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Terna
 }
 
 void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
-                         int row_end, TernaryIsa isa) {
+                         int row_end, IntegerIsa isa) {
     check_operands(w, x, isa);
-    if (x.rows == 1 && isa == TernaryIsa::avx512_vnni) {
+    if (x.rows == 1 && isa == IntegerIsa::avx512_vnni) {
         ternary_decode_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
                                         int8_output_factor(w.gamma, x.scales[0]), w.padded_cols / kTernaryBlock, out);
         return;

@@ -19,6 +19,7 @@
 
 #include "core/memory.h"
 #include "kernels/int8_rows.h"
+#include "kernels/integer_isa.h"
 
 namespace dqt {
 
@@ -51,19 +52,15 @@ TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma);
 // The code of one weight, read back from the packed layout.
 int ternary_code_at(const TernaryMatrix& w, int row, int col);
 
-enum class TernaryIsa { scalar, avx2, avx512_vnni };
-const char* ternary_isa_name(TernaryIsa isa);
-bool ternary_isa_supported(TernaryIsa isa);  // by this CPU's features
-TernaryIsa best_ternary_isa();               // the fastest supported path
 
 // out (x.rows, w.rows) = x . W^T with the given path (default: the best this CPU has).
 // x.cols must equal w.cols; dqt::Error for a path this CPU lacks.
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out);
-void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, TernaryIsa isa);
+void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, IntegerIsa isa);
 // Weight rows [row_begin, row_end) only, on the calling thread (for callers that split the
 // work themselves): out[r * out_stride + o] for o in the range. dqt::Error as ternary_matmul.
 void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
-                         int row_end, TernaryIsa isa);
+                         int row_end, IntegerIsa isa);
 
 // The slow reference: weight by weight through ternary_code_at, int64 sums.
 void ternary_matmul_reference(const TernaryMatrix& w, const Int8Rows& x, float* out);
