@@ -97,6 +97,10 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     const CommandResult generated = run_dqt("generate " + checkpoint + " --prompt Our --tokens 20 --seed 3");
     EXPECT_EQ(generated.exit_code, 0) << generated.output;
     EXPECT_EQ(generated.output.rfind("Our", 0), 0u) << generated.output;
+    // The tiny run's context is 32 tokens (bytes): a 40-byte prompt leaves no room.
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --prompt " + std::string(40, 'a')),
+                          "the prompt is 40 tokens, but the model's context holds 32");
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --kv-cache q4"), "--kv-cache");
 }
 
 TEST(Cli, ResumeRejectsChangedSettings) {
