@@ -98,15 +98,15 @@ void InferenceSession::reserve(int n) {
 void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const float* x, int n) {
     const InferenceLinear& first = *jobs.begin()->weight;
     const int cols = first.cols;
+    int total_rows = 0;
+    for (const LinearJob& job : jobs) {
+        if (job.weight->quantized() != first.quantized() || job.weight->cols != cols)
+            throw Error("inference: linears sharing an input must all be dense or all quantized, of equal widths");
+        total_rows += job.weight->rows;
+    }
     if (!first.quantized()) {
         for (const LinearJob& job : jobs) linear_forward(job.out, x, job.weight->dense, n, cols, job.weight->rows);
         return;
-    }
-    int total_rows = 0;
-    for (const LinearJob& job : jobs) {
-        if (!job.weight->quantized() || job.weight->cols != cols)
-            throw Error("inference: linears sharing an input must all be quantized with equal widths");
-        total_rows += job.weight->rows;
     }
     quantized_.reshape(n, cols);
     const IntegerIsa isa = best_integer_isa();
