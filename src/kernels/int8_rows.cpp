@@ -31,10 +31,14 @@ float quantize_row_int8(const float* x, int cols, int8_t* a, int32_t* sum_out) {
 
 void Int8Rows::reshape(int new_rows, int new_cols) {
     if (rows == new_rows && cols == new_cols) return;
+    const int new_padded = int8_padded_cols(new_cols);
+    const size_t needed = static_cast<size_t>(new_rows) * new_padded;
+    if (needed > values.size()) values = Array<int8_t>(MemCategory::scratch, needed);
+    // Every row's padding must be zero (the kernels multiply it); the values are overwritten.
+    std::fill(values.begin(), values.begin() + needed, int8_t{0});
     rows = new_rows;
     cols = new_cols;
-    padded_cols = int8_padded_cols(cols);
-    values = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(rows) * padded_cols);  // zeroed padding
+    padded_cols = new_padded;
     scales.assign(static_cast<size_t>(rows), 0.0f);
     sums.assign(static_cast<size_t>(rows), 0);
 }

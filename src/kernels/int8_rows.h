@@ -36,8 +36,8 @@ struct Int8Rows {
 
     const int8_t* row(int r) const { return values.data() + static_cast<size_t>(r) * padded_cols; }
     int8_t* mutable_row(int r) { return values.data() + static_cast<size_t>(r) * padded_cols; }
-    // Sizes the buffers for (rows, cols), reallocating (zeroed) only when the shape changes;
-    // for callers that fill the rows themselves with quantize_row_int8.
+    // Sizes the buffers for (rows, cols), zeroed, when the shape changes (reallocating only to
+    // grow); for callers that fill the rows themselves with quantize_row_int8.
     void reshape(int new_rows, int new_cols);
 };
 
