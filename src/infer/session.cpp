@@ -67,7 +67,9 @@ size_t KvCache::bytes() const {
 }
 
 InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvCacheType cache_type)
-    : model_(model), cache_(model.config, max_seq, cache_type) {
+    : model_(model),
+      cache_(model.config, max_seq, cache_type),
+      rope_(max_seq, model.config.head_dim(), 0, model.config.rope_theta) {
     require(max_seq > 0 && max_seq <= model.config.seq_len,
             "a sequence of " + std::to_string(max_seq) + " tokens does not fit the model's context of " +
                 std::to_string(model.config.seq_len));
@@ -187,7 +189,7 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
                         std::to_string(c.vocab_size));
     reserve(n);
-    const int pos = cache_.length, C = c.dim, F = c.ffn_dim, D = c.head_dim();
+    const int pos = cache_.length, C = c.dim, F = c.ffn_dim;
     const size_t NC = static_cast<size_t>(n) * C, NF = static_cast<size_t>(n) * F;
 
     model_.embedding.lookup(tokens, n, x_.data());
@@ -197,8 +199,8 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
         rmsnorm_forward(normed_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, c.norm_eps);
         run_linears({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, normed_.data(), n);
-        rope_forward(q_.data(), 1, n, c.n_heads, D, pos, c.rope_theta);
-        rope_forward(k_.data(), 1, n, c.n_kv_heads, D, pos, c.rope_theta);
+        rope_forward(q_.data(), n, c.n_heads, rope_, pos);
+        rope_forward(k_.data(), n, c.n_kv_heads, rope_, pos);
         store_keys_and_values(l, n);
         attention(l, n);
         const float* att_out = att_.data();

@@ -15,6 +15,7 @@
 #include "core/memory.h"
 #include "infer/inference_model.h"
 #include "kernels/int8_rows.h"
+#include "kernels/rope.h"
 
 namespace dqt {
 
@@ -76,6 +77,7 @@ private:
 
     const InferenceModel& model_;
     KvCache cache_;
+    RopeTable rope_;    // rotations of positions [0, max_seq), computed once
     int capacity_ = 0;  // tokens the scratch below holds
     Array<float> x_;       // (n, C) residual stream
     Array<float> normed_;  // (n, C), later the logits' input
