@@ -129,8 +129,7 @@ void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const 
             const int first_row = std::max(begin - offset, 0), last_row = std::min(end - offset, w.rows);
             if (first_row < last_row) {
                 if (w.format == LinearFormat::ternary) {
-                    ternary_matmul_rows(w.ternary, quantized_, job.out, static_cast<size_t>(w.rows), first_row,
-                                        last_row, isa);
+                    ternary_matmul_rows(w.ternary, quantized_, job.out, first_row, last_row, isa);
                 } else {
                     int8_matmul_rows(w.int8, quantized_, job.out, first_row, last_row, isa);
                 }

@@ -72,12 +72,11 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Integ
     // Weight tiles split over the threads; each tile's rows stay in L1 while every activation row passes.
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < w_tiles; ++t)
-        ternary_matmul_rows(w, x, out, static_cast<size_t>(w.rows), t * kTileWeightRows,
-                            std::min(w.rows, (t + 1) * kTileWeightRows), isa);
+        ternary_matmul_rows(w, x, out, t * kTileWeightRows, std::min(w.rows, (t + 1) * kTileWeightRows), isa);
 }
 
-void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
-                         int row_end, IntegerIsa isa) {
+void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end,
+                         IntegerIsa isa) {
     check_operands(w, x, isa);
     if (x.rows == 1 && isa == IntegerIsa::avx512_vnni) {
         ternary_decode_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
@@ -101,7 +100,7 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
             for (int j = 0; j < a_count; ++j) {
                 const int r = a_first + j;
                 const float factor = int8_output_factor(w.gamma, x.scales[r]);
-                float* out_row = out + static_cast<size_t>(r) * out_stride + w_first;
+                float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
                 for (int i = 0; i < w_count; ++i)
                     out_row[i] = factor * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
             }

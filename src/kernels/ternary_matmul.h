@@ -58,9 +58,10 @@ int ternary_code_at(const TernaryMatrix& w, int row, int col);
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out);
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, IntegerIsa isa);
 // Weight rows [row_begin, row_end) only, on the calling thread (for callers that split the
-// work themselves): out[r * out_stride + o] for o in the range. dqt::Error as ternary_matmul.
-void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, size_t out_stride, int row_begin,
-                         int row_end, IntegerIsa isa);
+// work themselves): out (x.rows, w.rows) as ternary_matmul's, only columns [row_begin,
+// row_end) written. dqt::Error as ternary_matmul.
+void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end,
+                         IntegerIsa isa);
 
 // The slow reference: weight by weight through ternary_code_at, int64 sums.
 void ternary_matmul_reference(const TernaryMatrix& w, const Int8Rows& x, float* out);

@@ -9,6 +9,7 @@
 #include "kernels/int8_rows.h"
 #include "kernels/linear.h"
 #include "model/gradient_sink.h"
+#include "quant/activation_quant.h"
 #include "quant/bf16.h"
 #include "quant/codes.h"
 #include "quant/ternary.h"
@@ -78,12 +79,8 @@ LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight
         for (int r = 0; r < rows; ++r) {
             float* x = in + static_cast<size_t>(r) * cols;
             float* integers = integers_.data() + static_cast<size_t>(r) * cols;
-            const float s = quantize_row_int8(x, cols, a.data(), nullptr);
-            scales_[static_cast<size_t>(r)] = s;
-            for (int j = 0; j < cols; ++j) {
-                integers[j] = static_cast<float>(a[j]);
-                x[j] = static_cast<float>(a[j]) / s;  // the fake-quantized row (quant/activation_quant.h)
-            }
+            scales_[static_cast<size_t>(r)] = fake_quantize_row(x, cols, a.data());
+            for (int j = 0; j < cols; ++j) integers[j] = static_cast<float>(a[j]);
         }
     }
     // Integers up to 128 are exact in bf16: under bf16 compute only the saved a / s is rounded.

@@ -7,16 +7,18 @@
 
 namespace dqt {
 
+float fake_quantize_row(float* x, int cols, int8_t* a) {
+    const float scale = quantize_row_int8(x, cols, a, nullptr);
+    for (int j = 0; j < cols; ++j) x[j] = static_cast<float>(a[j]) / scale;
+    return scale;
+}
+
 void absmax_quantize_rows(float* x, int rows, int cols) {
 #pragma omp parallel
     {
         std::vector<int8_t> a(static_cast<size_t>(cols));  // per thread
 #pragma omp for schedule(static)
-        for (int r = 0; r < rows; ++r) {
-            float* row = x + static_cast<size_t>(r) * cols;
-            const float scale = quantize_row_int8(row, cols, a.data(), nullptr);
-            for (int j = 0; j < cols; ++j) row[j] = static_cast<float>(a[j]) / scale;
-        }
+        for (int r = 0; r < rows; ++r) fake_quantize_row(x + static_cast<size_t>(r) * cols, cols, a.data());
     }
 }
 
