@@ -47,7 +47,6 @@ void add_generate_command(CLI::App& app) {
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const InferenceModel model(ternary ? *ternary : *loaded.model);
-        std::fputs(args->prompt.c_str(), stdout);
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
                           parse_kv_cache_type(args->kv_cache),

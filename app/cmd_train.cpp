@@ -77,8 +77,8 @@ void run(CLI::App& command, TrainArgs& args) {
     if (args.no_sample || report.steps_done < args.options.steps || !world().is_root()) return;
     const LoadedModel loaded = load_model_checkpoint(report.checkpoint_path);
     SamplingOptions sampling;
-    std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n%s", sampling.temperature, sampling.top_k,
-                args.sample_prompt.c_str(), args.sample_prompt.c_str());
+    std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n", sampling.temperature, sampling.top_k,
+                args.sample_prompt.c_str());
     const InferenceModel model(*loaded.model);
     generate_text(model, *loaded.tokenizer, args.sample_prompt, 200, sampling, KvCacheType::f32, [](const std::string& piece) {
         std::fputs(piece.c_str(), stdout);

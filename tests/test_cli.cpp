@@ -23,6 +23,7 @@ void expect_one_line_error(const CommandResult& result, const std::string& needl
     EXPECT_NE(result.exit_code, 0) << result.output;
     EXPECT_EQ(result.output.rfind("dqt: error: ", 0), 0u) << result.output;
     EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+    EXPECT_TRUE(!result.output.empty() && result.output.back() == '\n') << "output after the error: " << result.output;
     EXPECT_NE(result.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << result.output;
 }
 

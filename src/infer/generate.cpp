@@ -23,6 +23,7 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
 
     InferenceSession session(model, context, cache_type);
     const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()), LogitRows::last);
+    if (on_text) on_text(prompt);  // only now: a refused prompt prints nothing
 
     GenerationResult result;
     result.prompt_tokens = static_cast<int>(tokens.size());

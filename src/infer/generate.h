@@ -17,7 +17,8 @@ struct GenerationResult {
     double tokens_per_second = 0.0;  // decode speed of the generated tokens
 };
 
-// on_text (optional) receives each new piece of text as soon as it is decodable. dqt::Error for
+// on_text (optional) receives the prompt once it has been run, then each new piece of text as
+// soon as it is decodable (the result's text is the continuation only). dqt::Error for
 // a prompt that leaves no room in the context for a new token; generation stops when the
 // context is full.
 GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
