@@ -29,8 +29,8 @@ InferenceLinear make_linear(const ModelParameters& source, const ParamTensor& te
         return linear;
     }
     std::vector<int8_t> q(tensor.count());
-    read_quantized_codes(source, tensor, 0, tensor.rows, q.data());
     const float weight_scale = quantized_weight_scale(source, tensor);
+    read_quantized_codes(source, tensor, weight_scale, 0, tensor.rows, q.data());
     const bool ternary = tensor.storage == TensorStorage::f32 || source.method.grid.ternary();  // bitnet or dqt 1.58
     if (ternary) {
         linear.format = LinearFormat::ternary;

@@ -48,8 +48,8 @@ float quantized_weight_scale(const ModelParameters& model, const ParamTensor& we
     return static_cast<float>(mean_abs(model.value(weight), weight.count()));  // bitnet's gamma
 }
 
-void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end,
-                          int8_t* q) {
+void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
+                          int row_end, int8_t* q) {
     const size_t first = static_cast<size_t>(row_begin) * weight.cols;
     const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
     if (weight.storage == TensorStorage::codes) {
@@ -59,7 +59,7 @@ void read_quantized_codes(const ModelParameters& model, const ParamTensor& weigh
         for (size_t i = 0; i < count; ++i) q[i] = static_cast<int8_t>(read_code(codes, grid, i));
         return;
     }
-    ternary_codes_with_gamma(q, model.value(weight) + first, count, quantized_weight_scale(model, weight));
+    ternary_codes_with_gamma(q, model.value(weight) + first, count, weight_scale);
 }
 
 LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows)
@@ -97,10 +97,11 @@ int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
 }
 
 // Rows [row_begin, row_end) of a quantized weight's integer codes q, as floats in scratch.
-Array<float> integer_weight_rows(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end) {
+Array<float> integer_weight_rows(const ModelParameters& model, const ParamTensor& weight, float weight_scale,
+                                 int row_begin, int row_end) {
     const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
     Array<int8_t> q(MemCategory::scratch, count);
-    read_quantized_codes(model, weight, row_begin, row_end, q.data());
+    read_quantized_codes(model, weight, weight_scale, row_begin, row_end, q.data());
     Array<float> values(MemCategory::scratch, count);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < count; ++i) values[i] = static_cast<float>(q[i]);
@@ -131,7 +132,7 @@ void weight_linear_forward(const ModelParameters& model, const ParamTensor& weig
     const int slice = read_slice_rows(model, weight);
     for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
         const int row_end = std::min(weight.rows, row_begin + slice);
-        const Array<float> q = integer_weight_rows(model, weight, row_begin, row_end);
+        const Array<float> q = integer_weight_rows(model, weight, weight_scale, row_begin, row_end);
         // out[:, row_begin:row_end] = a · q[row_begin:row_end]^T: exact integers
         gemm(false, true, rows, row_end - row_begin, weight.cols, 1.0f, in.operand(), weight.cols, q.data(),
              weight.cols, 0.0f, out + row_begin, weight.rows);

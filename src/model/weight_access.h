@@ -34,8 +34,10 @@ private:
 // Inference packs the same q with the same weight_scale (infer/inference_model.h).
 float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight);
 // q (row_end - row_begin, cols) of rows [row_begin, row_end); row_begin * cols a multiple of 4.
-void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, int row_begin, int row_end,
-                          int8_t* q);
+// weight_scale is quantized_weight_scale(model, weight), computed once by the caller (bitnet's
+// codes depend on it; it is a pass over the whole tensor).
+void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
+                          int row_end, int8_t* q);
 
 // The input rows (rows, weight.cols) of a linear, prepared once per input for every linear
 // reading it (q, k and v share one):
