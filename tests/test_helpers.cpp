@@ -1,5 +1,6 @@
 #include "test_helpers.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <sys/wait.h>
@@ -84,6 +85,13 @@ TrainOptions tiny_train_options(const std::string& out_dir) {
     o.log_every = 5;
     o.checkpoint_every = 0;
     return o;
+}
+
+void with_threads(int threads, const std::function<void()>& fn) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    fn();
+    omp_set_num_threads(saved);
 }
 
 }  // namespace dqt::testing

@@ -1,6 +1,7 @@
 #pragma once
 // Shared fixtures: a small generated corpus and a tiny training configuration.
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "train/options.h"
@@ -30,5 +31,8 @@ const std::string& tiny_dataset_dir();
 
 // Options of a run that trains in about a second.
 TrainOptions tiny_train_options(const std::string& out_dir);
+
+// Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
+void with_threads(int threads, const std::function<void()>& fn);
 
 }  // namespace dqt::testing

@@ -171,6 +171,41 @@ TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
     }
 }
 
+// The threads of a forward share out heads and weight rows; any number of them gives the same
+// logits bit for bit: a prompt, then decoding, for every method, with either cache type. Three
+// threads do not divide the GQA models' two kv heads, so there the rows are split evenly.
+TEST(Inference, LogitsDoNotDependOnTheThreadCount) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    for (const Case& c : every_method()) {
+        const ModelConfig config = small_config(c.subln, c.kv_heads);
+        const int V = config.vocab_size, T = config.seq_len, prompt = 5;
+        ModelParameters parameters(config, c.method);
+        parameters.initialize(seed);
+        const std::vector<int32_t> tokens = random_tokens(seed, T, V);
+        const InferenceModel model(parameters);
+        for (KvCacheType cache : {KvCacheType::f32, KvCacheType::f16}) {
+            SCOPED_TRACE(std::string(c.name) + ", cache " + kv_cache_type_name(cache));
+            auto run_all = [&] {
+                InferenceSession session(model, T, cache);
+                const float* logits = session.run(tokens.data(), prompt, LogitRows::all);
+                std::vector<float> all(logits, logits + static_cast<size_t>(prompt) * V);
+                for (int t = prompt; t < T; ++t) {
+                    logits = session.run(&tokens[t], 1, LogitRows::last);
+                    all.insert(all.end(), logits, logits + V);
+                }
+                return all;
+            };
+            std::vector<float> one, two, three;
+            dqt::testing::with_threads(1, [&] { one = run_all(); });
+            dqt::testing::with_threads(2, [&] { two = run_all(); });
+            dqt::testing::with_threads(3, [&] { three = run_all(); });
+            EXPECT_EQ(one, two);
+            EXPECT_EQ(one, three);
+        }
+    }
+}
+
 TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
     const ModelConfig config = small_config(true, 4);
     auto formats = [&](const MethodConfig& method) {

@@ -27,8 +27,10 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/vecmath.h"
+#include "test_helpers.h"
 
 using namespace dqt;
+using dqt::testing::with_threads;
 
 namespace {
 
@@ -96,14 +98,6 @@ Doubles numeric_gradient(Doubles& x, const std::function<double()>& loss, double
 }
 
 constexpr double kFiniteDifferenceTol = 1e-6;
-
-// Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
-void with_threads(int threads, const std::function<void()>& fn) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    fn();
-    omp_set_num_threads(saved);
-}
 
 }  // namespace
 
@@ -198,6 +192,30 @@ TEST(KernelRope, FastMatchesReference) {
     ref::rope_backward(ref_dx.data(), batch, seq, heads, head_dim, pos0, 10000.0);
     expect_close(x, ref_x, 1e-6, "x");
     expect_close(dx, ref_dx, 1e-6, "dx");
+}
+
+// Inference rotates a share of heads at a time, from one table for its whole context, with rows
+// wider than the rotated heads: the same bits as the training forward's rope at those positions.
+TEST(KernelRope, HeadSharesFromATableEqualTheTrainingRope) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int seq = 5, heads = 4, head_dim = 8, pos0 = 3, row_stride = heads * head_dim + 7;
+    const Floats x = to_float(rng.normal(static_cast<size_t>(seq) * row_stride));
+    Floats expected(static_cast<size_t>(seq) * heads * head_dim);
+    for (int t = 0; t < seq; ++t)
+        std::copy_n(x.begin() + t * row_stride, heads * head_dim, expected.begin() + t * heads * head_dim);
+    rope_forward(expected.data(), 1, seq, heads, head_dim, pos0, 10000.0f);
+    const RopeTable table(pos0 + seq + 2, head_dim, 0, 10000.0f);
+    Floats shares = x;
+    rope_forward_heads(shares.data(), seq, row_stride, 0, 1, table, pos0);
+    rope_forward_heads(shares.data(), seq, row_stride, 1, heads, table, pos0);
+    for (int t = 0; t < seq; ++t) {
+        const Floats row(shares.begin() + t * row_stride, shares.begin() + t * row_stride + heads * head_dim);
+        EXPECT_EQ(row, Floats(expected.begin() + t * heads * head_dim, expected.begin() + (t + 1) * heads * head_dim));
+        // The padding past the heads is not touched.
+        EXPECT_EQ(shares[t * row_stride + heads * head_dim], x[t * row_stride + heads * head_dim]);
+    }
+    EXPECT_THROW(rope_forward_heads(shares.data(), seq, row_stride, 0, heads, table, pos0 + 3), Error);
 }
 
 TEST(KernelRope, OddHeadDimIsAnError) {
@@ -314,7 +332,8 @@ TEST(KernelAttention, BitIdenticalForOneAndTwoThreads) {
 }
 
 // Decode reads a cache (keys transposed, values as rows) and must give row pos of the causal
-// forward bit for bit: the same multiply-add chains. Head dims below, at and above the tile width.
+// forward bit for bit: the same multiply-add chains; so must the forward of a share of heads.
+// Head dims below, at and above the tile width.
 TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
     for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 21, 2, 1, 16},
                                     AttentionShape{1, 17, 3, 3, 40}}) {
@@ -328,15 +347,25 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
         const int key_stride = attention_key_stride(s.seq);
         Floats keys_t(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
         Floats values(v.size() + attention_value_slack(), 0.0f);
+        // Stored, attended and decoded in two shares of heads, as inference's threads do.
+        const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
+        Floats by_shares(s.q_size());
+        for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
+            attention_forward_heads(by_shares.data(), q.data(), k.data(), v.data(), s.seq, s.heads, s.kv_heads,
+                                    s.head_dim, first, last);
+        EXPECT_EQ(by_shares, out);
         store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
-                              s.kv_heads, s.head_dim);
+                              s.kv_heads, s.head_dim, 0, kv_split);
+        store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+                              s.kv_heads, s.head_dim, kv_split, s.kv_heads);
         // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.
         const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
         for (int pos = 0; pos < s.seq; ++pos) {
             SCOPED_TRACE("pos " + std::to_string(pos));
             Floats decoded(row);
-            attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(), s.seq,
-                             pos, s.heads, s.kv_heads, s.head_dim);
+            for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
+                attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(),
+                                 s.seq, pos, s.heads, s.kv_heads, s.head_dim, first, last);
             const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
             ASSERT_EQ(decoded, expected);
         }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/gemm.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -20,17 +21,17 @@ namespace {
 // every kernel).
 constexpr int kShareAlign = 16;
 
-int share_begin(int total, int threads, int thread) {
+// From this many token rows per thread, the elementwise work is split over the threads rather
+// than repeated by each: its cost then outweighs four more meetings per block.
+constexpr int kSplitRowsPerThread = 2;
+
+int share_begin(int total, int threads, int thread, int align) {
     if (thread >= threads) return total;
     const int64_t begin = static_cast<int64_t>(total) * thread / threads;
-    return static_cast<int>(begin / kShareAlign * kShareAlign);
+    return static_cast<int>(begin / align * align);
 }
 
-// Decode-sized work (one row) runs on the calling thread: waking the team costs more than it.
-constexpr size_t kSerialElements = 16384;
-
 void add_rows(float* x, const float* y, size_t count) {
-#pragma omp parallel for schedule(static) if (count > kSerialElements)
     for (size_t i = 0; i < count; ++i) x[i] += y[i];
 }
 
@@ -76,92 +77,124 @@ InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvC
 }
 
 void InferenceSession::reserve(int n) {
-    if (n <= capacity_) return;
     const ModelConfig& c = model_.config;
-    const size_t N = static_cast<size_t>(n), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-    const MemCategory s = MemCategory::scratch;
-    x_ = Array<float>(s, N * C);
-    normed_ = Array<float>(s, N * C);
-    q_ = Array<float>(s, N * C);
-    k_ = Array<float>(s, N * c.kv_dim());
-    v_ = Array<float>(s, N * c.kv_dim());
-    att_ = Array<float>(s, N * C);
-    att_sub_ = c.subln ? Array<float>(s, N * C) : Array<float>();
-    proj_ = Array<float>(s, N * C);
-    gate_ = Array<float>(s, N * F);
-    up_ = Array<float>(s, N * F);
-    h_ = Array<float>(s, N * F);
-    h_sub_ = c.subln ? Array<float>(s, N * F) : Array<float>();
-    rstd_ = Array<float>(s, N);
-    logits_ = Array<float>(s, N * V);
-    capacity_ = n;
+    const size_t team = static_cast<size_t>(std::max(1, omp_get_max_threads()));
+    if (n > capacity_ || per_thread_.size() < team) {
+        const int tokens = std::max(n, capacity_);
+        const size_t N = static_cast<size_t>(tokens), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
+        const MemCategory s = MemCategory::scratch;
+        per_thread_.resize(std::max(per_thread_.size(), team));
+        for (RowScratch& rows : per_thread_) rows.allocate(c, tokens);
+        shared_rows_.allocate(c, tokens);
+        q_ = Array<float>(s, N * C);
+        k_ = Array<float>(s, N * c.kv_dim());
+        v_ = Array<float>(s, N * c.kv_dim());
+        att_ = Array<float>(s, N * C);
+        proj_ = Array<float>(s, N * C);
+        gate_ = Array<float>(s, N * F);
+        up_ = Array<float>(s, N * F);
+        h_ = Array<float>(s, N * F);
+        normed_ = Array<float>(s, N * C);
+        rstd_ = Array<float>(s, N);
+        logits_ = Array<float>(s, N * V);
+        capacity_ = tokens;
+    }
+    // Shaped here, outside the threads: the kernels read their row count, and the padding
+    // stays zero while the threads fill the rows.
+    for (RowScratch& rows : per_thread_) rows.shape(c, n);
+    shared_rows_.shape(c, n);
 }
 
-void InferenceSession::run_linears(std::initializer_list<LinearJob> jobs, const float* x, int n) {
-    const InferenceLinear& first = *jobs.begin()->weight;
-    const int cols = first.cols;
+void InferenceSession::RowScratch::allocate(const ModelConfig& c, int tokens) {
+    const size_t N = static_cast<size_t>(tokens);
+    x = Array<float>(MemCategory::scratch, N * c.dim);
+    normed = Array<float>(MemCategory::scratch, N * c.dim);
+    h_sub = c.subln ? Array<float>(MemCategory::scratch, N * c.ffn_dim) : Array<float>();
+    rstd = Array<float>(MemCategory::scratch, N);
+}
+
+void InferenceSession::RowScratch::shape(const ModelConfig& c, int n) {
+    dim_input.reshape(n, c.dim);
+    ffn_input.reshape(n, c.ffn_dim);
+}
+
+void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n,
+                                int first_row, int last_row) const {
+    if (first_row >= last_row) return;
+    switch (w.format) {
+        case LinearFormat::ternary:
+            ternary_matmul_rows(w.ternary, *input.quantized, out, first_row, last_row, best_integer_isa());
+            return;
+        case LinearFormat::int8:
+            int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
+            return;
+        case LinearFormat::dense:
+            // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this thread.
+            gemm(false, true, n, last_row - first_row, w.cols, 1.0f, input.rows, w.cols,
+                 w.dense + static_cast<size_t>(first_row) * w.cols, w.cols, 0.0f, out + first_row, w.rows);
+            return;
+    }
+}
+
+void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n,
+                                      int thread, int threads) const {
     int total_rows = 0;
+    for (const LinearJob& job : jobs) total_rows += job.weight->rows;
+    const int begin = share_begin(total_rows, threads, thread, kShareAlign);
+    const int end = share_begin(total_rows, threads, thread + 1, kShareAlign);
+    int offset = 0;
     for (const LinearJob& job : jobs) {
-        if (job.weight->quantized() != first.quantized() || job.weight->cols != cols)
-            throw Error("inference: linears sharing an input must all be dense or all quantized, of equal widths");
-        total_rows += job.weight->rows;
+        const int rows = job.weight->rows;
+        multiply(*job.weight, input, job.out, n, std::max(begin - offset, 0), std::min(end - offset, rows));
+        offset += rows;
     }
-    if (!first.quantized()) {
-        for (const LinearJob& job : jobs) linear_forward(job.out, x, job.weight->dense, n, cols, job.weight->rows);
-        return;
+}
+
+InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows, const float* gain, int cols,
+                                                               const InferenceLinear& product, float* normed,
+                                                               Int8Rows& quantized, const RowShare& share) const {
+    const size_t offset = static_cast<size_t>(share.first) * cols;
+    if (gain != nullptr) {
+        rmsnorm_forward(normed + offset, share.scratch->rstd.data() + share.first, rows + offset, gain,
+                        share.last - share.first, cols, model_.config.norm_eps);
+        rows = normed;
     }
-    quantized_.reshape(n, cols);
-    const IntegerIsa isa = best_integer_isa();
-    // One parallel region: the input rows are quantized, then every thread runs a contiguous
-    // share of all the jobs' weight rows (decode streams each weight byte exactly once).
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int r = 0; r < n; ++r)
-            quantized_.scales[static_cast<size_t>(r)] =
-                quantize_row_int8(x + static_cast<size_t>(r) * cols, cols, quantized_.mutable_row(r),
-                                  &quantized_.sums[static_cast<size_t>(r)]);
-        const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-        const int begin = share_begin(total_rows, threads, thread), end = share_begin(total_rows, threads, thread + 1);
-        int offset = 0;
-        for (const LinearJob& job : jobs) {
-            const InferenceLinear& w = *job.weight;
-            const int first_row = std::max(begin - offset, 0), last_row = std::min(end - offset, w.rows);
-            if (first_row < last_row) {
-                if (w.format == LinearFormat::ternary) {
-                    ternary_matmul_rows(w.ternary, quantized_, job.out, first_row, last_row, isa);
-                } else {
-                    int8_matmul_rows(w.int8, quantized_, job.out, first_row, last_row, isa);
-                }
-            }
-            offset += w.rows;
+    if (product.quantized()) {
+        for (int r = share.first; r < share.last; ++r)
+            quantized.scales[static_cast<size_t>(r)] =
+                quantize_row_int8(rows + static_cast<size_t>(r) * cols, cols, quantized.mutable_row(r),
+                                  &quantized.sums[static_cast<size_t>(r)]);
+    }
+    if (share.split) {
+#pragma omp barrier
+    }
+    return {rows, product.quantized() ? &quantized : nullptr};
+}
+
+void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end) {
+    const ModelConfig& c = model_.config;
+    const int pos = cache_.length, C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+    const int head_begin = kv_begin * group, head_end = kv_end * group;
+    const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
+    rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, pos);
+    rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, pos);
+    if (cache_.type == KvCacheType::f32) {
+        store_keys_and_values(cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
+                              k_.data(), v_.data(), pos, n, c.n_kv_heads, D, kv_begin, kv_end);
+    } else {
+        store_keys_and_values(cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
+                              cache_.max_seq, k_.data(), v_.data(), pos, n, c.n_kv_heads, D, kv_begin, kv_end);
+        // What attends below is what the cache holds.
+        const size_t first = static_cast<size_t>(kv_begin) * D, count = static_cast<size_t>(kv_end - kv_begin) * D;
+        for (int i = 0; i < n; ++i) {
+            round_to_f16_in_place(k_.data() + i * kv_dim + first, count);
+            round_to_f16_in_place(v_.data() + i * kv_dim + first, count);
         }
     }
-}
-
-void InferenceSession::store_keys_and_values(int layer, int n) {
-    const ModelConfig& c = model_.config;
-    const size_t l = static_cast<size_t>(layer);
-    if (cache_.type == KvCacheType::f32) {
-        dqt::store_keys_and_values(cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
-                                   k_.data(), v_.data(), cache_.length, n, c.n_kv_heads, c.head_dim());
-        return;
-    }
-    dqt::store_keys_and_values(cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
-                               cache_.max_seq, k_.data(), v_.data(), cache_.length, n, c.n_kv_heads, c.head_dim());
-    // What attends below is what the cache holds.
-    round_to_f16_in_place(k_.data(), static_cast<size_t>(n) * c.kv_dim());
-    round_to_f16_in_place(v_.data(), static_cast<size_t>(n) * c.kv_dim());
-}
-
-void InferenceSession::attention(int layer, int n) {
-    const ModelConfig& c = model_.config;
-    const int pos = cache_.length, C = c.dim;
-    const size_t l = static_cast<size_t>(layer);
     if (pos == 0) {
         // The training forward's attention over the n new rows (B = 1, T = n).
-        attention_forward(att_.data(), nullptr, q_.data(), k_.data(), v_.data(), 1, n, c.n_heads, c.n_kv_heads,
-                          c.head_dim());
+        attention_forward_heads(att_.data(), q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
+                                head_begin, head_end);
         return;
     }
     for (int i = 0; i < n; ++i) {
@@ -169,12 +202,80 @@ void InferenceSession::attention(int layer, int n) {
         const float* q = q_.data() + static_cast<size_t>(i) * C;
         if (cache_.type == KvCacheType::f32) {
             attention_decode(out, q, cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
-                             pos + i, c.n_heads, c.n_kv_heads, c.head_dim());
+                             pos + i, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         } else {
             attention_decode(out, q, cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
-                             cache_.max_seq, pos + i, c.n_heads, c.n_kv_heads, c.head_dim());
+                             cache_.max_seq, pos + i, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         }
     }
+}
+
+void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads) {
+    const ModelConfig& c = model_.config;
+    const int C = c.dim, F = c.ffn_dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+    const RowShare share = split_rows ? RowShare{&shared_rows_, share_begin(n, threads, thread, 1),
+                                                 share_begin(n, threads, thread + 1, 1), true}
+                                      : RowShare{&per_thread_[static_cast<size_t>(thread)], 0, n, false};
+    RowScratch& rows = *share.scratch;
+    const size_t first_c = static_cast<size_t>(share.first) * C, count_c = static_cast<size_t>(share.count()) * C;
+    // This thread's kv heads, their query heads, and its columns of the feed-forward.
+    const int kv_begin = share_begin(c.n_kv_heads, threads, thread, 1);
+    const int kv_end = share_begin(c.n_kv_heads, threads, thread + 1, 1);
+    const int ffn_begin = share_begin(F, threads, thread, kShareAlign);
+    const int ffn_end = share_begin(F, threads, thread + 1, kShareAlign);
+    // With kv heads split evenly, a thread computes the q, k and v of its own heads and attends
+    // without waiting; otherwise the rows are split evenly and the threads meet first.
+    const bool qkv_by_heads = c.n_kv_heads % threads == 0;
+
+    model_.embedding.lookup(tokens + share.first, share.count(), rows.x.data() + first_c);
+    for (int l = 0; l < c.n_layers; ++l) {
+        const InferenceLayer& w = model_.layers[static_cast<size_t>(l)];
+
+        // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
+        ProductInput input = prepare_input(rows.x.data(), w.attn_norm, C, w.wq, rows.normed.data(), rows.dim_input, share);
+        if (qkv_by_heads) {
+            multiply(w.wq, input, q_.data(), n, kv_begin * group * D, kv_end * group * D);
+            multiply(w.wk, input, k_.data(), n, kv_begin * D, kv_end * D);
+            multiply(w.wv, input, v_.data(), n, kv_begin * D, kv_end * D);
+        } else {
+            multiply_share({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, input, n, thread, threads);
+#pragma omp barrier
+        }
+        attend(l, n, kv_begin, kv_end);
+#pragma omp barrier
+        input = prepare_input(att_.data(), w.attn_subnorm, C, w.wo, rows.normed.data(), rows.dim_input, share);
+        multiply_share({{&w.wo, proj_.data()}}, input, n, thread, threads);
+#pragma omp barrier
+        add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
+
+        // Feed-forward block: x + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(x).
+        input = prepare_input(rows.x.data(), w.ffn_norm, C, w.w_gate, rows.normed.data(), rows.dim_input, share);
+        multiply(w.w_gate, input, gate_.data(), n, ffn_begin, ffn_end);
+        multiply(w.w_up, input, up_.data(), n, ffn_begin, ffn_end);
+        for (int i = 0; i < n; ++i) {
+            const size_t row = static_cast<size_t>(i) * F + ffn_begin;
+            swiglu_forward(h_.data() + row, gate_.data() + row, up_.data() + row, ffn_end - ffn_begin);
+        }
+#pragma omp barrier
+        input = prepare_input(h_.data(), w.ffn_subnorm, F, w.w_down, rows.h_sub.data(), rows.ffn_input, share);
+        multiply_share({{&w.w_down, proj_.data()}}, input, n, thread, threads);
+#pragma omp barrier
+        add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
+    }
+}
+
+void InferenceSession::run_head(const float* x, int n) {
+    const ModelConfig& c = model_.config;
+    const InferenceLinear& head = model_.head;
+    rmsnorm_forward(normed_.data(), rstd_.data(), x, model_.output_norm, n, c.dim, c.norm_eps);
+    if (!head.quantized()) {
+        linear_forward(logits_.data(), normed_.data(), head.dense, n, head.cols, head.rows);
+        return;
+    }
+    quantize_rows_int8(normed_.data(), n, head.cols, quantized_);
+    const ProductInput input{normed_.data(), &quantized_};
+#pragma omp parallel
+    multiply_share({{&head, logits_.data()}}, input, n, omp_get_thread_num(), omp_get_num_threads());
 }
 
 const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows) {
@@ -188,47 +289,17 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
                         std::to_string(c.vocab_size));
     reserve(n);
-    const int pos = cache_.length, C = c.dim, F = c.ffn_dim;
-    const size_t NC = static_cast<size_t>(n) * C, NF = static_cast<size_t>(n) * F;
-
-    model_.embedding.lookup(tokens, n, x_.data());
-    for (int l = 0; l < c.n_layers; ++l) {
-        const InferenceLayer& w = model_.layers[static_cast<size_t>(l)];
-
-        // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
-        rmsnorm_forward(normed_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, c.norm_eps);
-        run_linears({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, normed_.data(), n);
-        rope_forward(q_.data(), n, c.n_heads, rope_, pos);
-        rope_forward(k_.data(), n, c.n_kv_heads, rope_, pos);
-        store_keys_and_values(l, n);
-        attention(l, n);
-        const float* att_out = att_.data();
-        if (c.subln) {
-            rmsnorm_forward(att_sub_.data(), rstd_.data(), att_.data(), w.attn_subnorm, n, C, c.norm_eps);
-            att_out = att_sub_.data();
-        }
-        run_linears({{&w.wo, proj_.data()}}, att_out, n);
-        add_rows(x_.data(), proj_.data(), NC);
-
-        // Feed-forward block: x + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(x).
-        rmsnorm_forward(normed_.data(), rstd_.data(), x_.data(), w.ffn_norm, n, C, c.norm_eps);
-        run_linears({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, normed_.data(), n);
-        swiglu_forward(h_.data(), gate_.data(), up_.data(), NF);
-        const float* ffn_in = h_.data();
-        if (c.subln) {
-            rmsnorm_forward(h_sub_.data(), rstd_.data(), h_.data(), w.ffn_subnorm, n, F, c.norm_eps);
-            ffn_in = h_sub_.data();
-        }
-        run_linears({{&w.w_down, proj_.data()}}, ffn_in, n);
-        add_rows(x_.data(), proj_.data(), NC);
-    }
-    cache_.length = pos + n;
+    // One team for all blocks: its threads meet at four barriers per block (docs/results.md).
+    const int team = std::min(omp_get_max_threads(), static_cast<int>(per_thread_.size()));
+    const bool split_rows = n >= kSplitRowsPerThread * team;
+#pragma omp parallel num_threads(team)
+    run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
+    cache_.length += n;
 
     // Only the rows whose logits are wanted go through the final norm and the head.
-    const int first = rows == LogitRows::all ? 0 : n - 1, count = n - first;
-    const float* x_first = x_.data() + static_cast<size_t>(first) * C;
-    rmsnorm_forward(normed_.data(), rstd_.data(), x_first, model_.output_norm, count, C, c.norm_eps);
-    run_linears({{&model_.head, logits_.data()}}, normed_.data(), count);
+    const int first = rows == LogitRows::all ? 0 : n - 1;
+    const RowScratch& residual = split_rows ? shared_rows_ : per_thread_[0];
+    run_head(residual.x.data() + static_cast<size_t>(first) * c.dim, n - first);
     return logits_.data();
 }
 

@@ -8,6 +8,12 @@
 // integers the training forward multiplies: a ternary model's logits equal
 // model_forward's bit for bit (test). Decode (p > 0) attends through attention_decode, whose
 // arithmetic is that of the full forward's row: decoding gives the full forward's logits too.
+//
+// Threads: one team runs all blocks. Each thread owns a share of the kv heads (their q, k, v
+// rows, RoPE, cache writes and attention) and a share of every other product's weight rows,
+// so the threads meet four times per block, where a product needs all of another's outputs.
+// Every output element is computed by one thread in a fixed order: the logits do not depend
+// on the thread count (test).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,38 +68,77 @@ public:
     const KvCache& cache() const { return cache_; }
 
 private:
+    // The rows of the elementwise work between products (residual adds, norms, quantizing a
+    // product's input). For a few tokens (decode) every thread does all of it on its own copy,
+    // so threads meet only where a product needs another's outputs; for many (a prompt) the
+    // threads split the rows of one shared copy and meet after each step.
+    struct RowScratch {
+        Array<float> x;       // (n, C) residual stream
+        Array<float> normed;  // (n, C) a norm's output, the input of the next products
+        Array<float> h_sub;   // (n, F) SubLN of the feed-forward's hidden rows
+        Array<float> rstd;    // (n)
+        Int8Rows dim_input;   // (n, C) quantized input of products over C
+        Int8Rows ffn_input;   // (n, F) quantized input of w_down
+        void allocate(const ModelConfig& config, int tokens);
+        void shape(const ModelConfig& config, int n);  // the Int8Rows to n rows
+    };
+    // A thread's rows [first, last) of `scratch`; split: the threads meet after each step.
+    struct RowShare {
+        RowScratch* scratch;
+        int first, last;
+        bool split;
+        int count() const { return last - first; }
+    };
+    // A product's input as one thread reads it: the fp32 rows, and their int8 quantization when
+    // the product runs on the integer kernels.
+    struct ProductInput {
+        const float* rows;
+        const Int8Rows* quantized;
+    };
     struct LinearJob {
         const InferenceLinear* weight;
         float* out;  // (n, weight->rows)
     };
+    // Grows the scratch to n tokens and one RowScratch per thread; shapes the Int8Rows to n.
     void reserve(int n);
-    // The jobs' products with one shared input x (n, cols): the integer kernels (one parallel
-    // region, weight rows of all jobs split over the threads) or gemm for dense weights.
-    void run_linears(std::initializer_list<LinearJob> jobs, const float* x, int n);
-    // The n new keys and values (k_, v_) into the cache at position(); with an fp16 cache k_
-    // and v_ are rounded to what it holds.
-    void store_keys_and_values(int layer, int n);
-    void attention(int layer, int n);
+    // Thread `thread` of `threads`: the blocks of the forward over the n new tokens, the
+    // elementwise rows split over the threads (shared_rows_) or repeated by each (per_thread_).
+    void run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads);
+    // Rows [first_row, last_row) of w times the input, into those columns of out (n, w.rows).
+    void multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n, int first_row,
+                  int last_row) const;
+    // This thread's even share of the jobs' weight rows (all jobs take `input`).
+    void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n, int thread,
+                        int threads) const;
+    // The share's rows of rows (n, cols) through an optional RMSNorm (gain null: none) into
+    // normed, then into quantized when `product` runs on the integer kernels.
+    ProductInput prepare_input(const float* rows, const float* gain, int cols, const InferenceLinear& product,
+                               float* normed, Int8Rows& quantized, const RowShare& share) const;
+    // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
+    // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then att_.
+    void attend(int layer, int n, int kv_begin, int kv_end);
+    // The products of the head over every thread, gemm for a dense one (model_forward's call).
+    void run_head(const float* x, int n);
 
     const InferenceModel& model_;
     KvCache cache_;
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
     int capacity_ = 0;  // tokens the scratch below holds
-    Array<float> x_;       // (n, C) residual stream
-    Array<float> normed_;  // (n, C), later the logits' input
+    std::vector<RowScratch> per_thread_;  // one per thread of the team
+    RowScratch shared_rows_;
+    // Shared by the team; each product's output columns are written by one thread:
     Array<float> q_;       // (n, C)
     Array<float> k_;       // (n, Hkv, D) before they go to the cache
     Array<float> v_;       // (n, Hkv, D)
     Array<float> att_;     // (n, C)
-    Array<float> att_sub_; // (n, C)
     Array<float> proj_;    // (n, C)
     Array<float> gate_;    // (n, F)
     Array<float> up_;      // (n, F)
     Array<float> h_;       // (n, F)
-    Array<float> h_sub_;   // (n, F)
+    Array<float> normed_;  // (n, C) the head's input
     Array<float> rstd_;    // (n)
     Array<float> logits_;  // (n, V) or (1, V)
-    Int8Rows quantized_;   // the shared input of the current quantized linears
+    Int8Rows quantized_;   // the head's quantized input
 };
 
 }  // namespace dqt

@@ -310,15 +310,26 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
+// A tile of kTileCols cache entries as floats: fp32 as it is, fp16 widened (exactly) by one
+// instruction, so that an fp16 cache is read at half the bytes with the same arithmetic after.
+[[gnu::always_inline]] inline void load_tile(Vec& tile, const float* p) { std::memcpy(&tile, p, sizeof tile); }
+
+// Not always_inline: decode_head_of is generic code; decode_head_f16_v4 flattens it in.
+__attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const _Float16* p) {
+    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&tile, &wide, sizeof tile);
+}
+
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
 // decode gives the bits of the full forward's row pos over the same keys and values. q, out
 // (head_dim); keys_t (head_dim, key_stride) this kv head's keys transposed; v (pos + 1 rows,
-// v_row_stride apart, readable kTileCols floats past head_dim); scores, probs
+// v_row_stride apart, readable kTileCols entries past head_dim); scores, probs
 // (round_up(pos + 1, kTileCols)).
-DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
-                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+template <typename Cache>
+[[gnu::always_inline]] inline void decode_head_of(float* out, const float* q, const Cache* keys_t, ptrdiff_t key_stride,
+                                                  const Cache* v, ptrdiff_t v_row_stride, int pos, int head_dim,
+                                                  float scale, float* scores, float* probs) {
     // Up to kChains tiles advance together: independent chains hide the multiply-add latency,
     // and each chain keeps its own order, so the bits stay those of forward_head.
     constexpr int kChains = 4;
@@ -329,7 +340,7 @@ void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_
         for (int d = 0; d < head_dim; ++d) {
             for (int c = 0; c < chains; ++c) {
                 Vec keys;
-                std::memcpy(&keys, keys_t + d * key_stride + j0 + c * kTileCols, sizeof keys);
+                load_tile(keys, keys_t + d * key_stride + j0 + c * kTileCols);
                 acc[c] += q[d] * keys;
             }
         }
@@ -342,7 +353,7 @@ void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_
         for (int j = 0; j < n; ++j) {
             for (int c = 0; c < chains; ++c) {
                 Vec values;
-                std::memcpy(&values, v + j * v_row_stride + d0 + c * kTileCols, sizeof values);
+                load_tile(values, v + j * v_row_stride + d0 + c * kTileCols);
                 acc[c] += probs[j] * values;
             }
         }
@@ -351,6 +362,21 @@ void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_
             for (int l = 0; l < width; ++l) out[first + l] = acc[c][l];
         }
     }
+}
+
+DQT_TARGET_CLONES
+void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
+                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
+    decode_head_of(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+}
+
+// The fp16 cache read in place. Compiled for exactly the x86-64-v4 clone of decode_head and
+// taken only where that clone runs: the same instructions after the widening, the same bits.
+__attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float* out, const float* q, const _Float16* keys_t,
+                                                                 ptrdiff_t key_stride, const _Float16* v,
+                                                                 ptrdiff_t v_row_stride, int pos, int head_dim,
+                                                                 float scale, float* scores, float* probs) {
+    decode_head_of(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
 // out[0, count) = in[0, count) widened from fp16 (exact), 16 at a time where the CPU has
@@ -380,10 +406,11 @@ void widen_f16(const _Float16* in, float* out, size_t count) {
     }
 }
 
+// Checked with if, not require(): decode calls this per layer and token.
 void check_heads(int heads, int kv_heads) {
-    require(kv_heads > 0 && heads % kv_heads == 0, "attention: heads (" + std::to_string(heads) +
-                                                       ") must be a multiple of kv_heads (" +
-                                                       std::to_string(kv_heads) + ")");
+    if (kv_heads <= 0 || heads % kv_heads != 0)
+        throw Error("attention: heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
+                    std::to_string(kv_heads) + ")");
 }
 
 }  // namespace
@@ -404,6 +431,18 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
             float* head_probs = probs != nullptr ? probs + static_cast<ptrdiff_t>(bh) * seq * seq : nullptr;
             forward_head(out + q_off, head_probs, q + q_off, k + kv_off, v + kv_off, dm, ws);
         }
+    }
+}
+
+void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
+                             int kv_heads, int head_dim, int head_begin, int head_end) {
+    check_heads(heads, kv_heads);
+    const Dims dm(seq, heads, kv_heads, head_dim);
+    const int group = heads / kv_heads;
+    ForwardWorkspace ws(dm);
+    for (int h = head_begin; h < head_end; ++h) {
+        const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = static_cast<ptrdiff_t>(h / group) * head_dim;
+        forward_head(out + q_off, nullptr, q + q_off, k + kv_off, v + kv_off, dm, ws);
     }
 }
 
@@ -439,12 +478,14 @@ size_t attention_value_slack() { return kTileCols; }
 namespace {
 
 template <typename Cache>
-[[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values, int value_stride, const float* k,
-                              const float* v, int first_pos, int count, int kv_heads, int head_dim) {
+[[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values,
+                                                            int value_stride, const float* k, const float* v,
+                                                            int first_pos, int count, int kv_heads, int head_dim,
+                                                            int head_begin, int head_end) {
     const int kv_dim = kv_heads * head_dim;
     for (int t = 0; t < count; ++t) {
         const ptrdiff_t pos = first_pos + t;
-        for (int h = 0; h < kv_heads; ++h) {
+        for (int h = head_begin; h < head_end; ++h) {
             const float* k_head = k + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
             const float* v_head = v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
             Cache* v_row = values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim;
@@ -456,80 +497,90 @@ template <typename Cache>
     }
 }
 
-// The part of a kv head's cache that decode at pos reads, as floats: fp32 caches in place; fp16
-// ones widened into per-thread buffers (the cache is read from memory once, at half the bytes,
-// and the arithmetic stays the fp32 path's). Keys come back with their row stride.
-struct HeadCache {
-    const float* keys_t;
-    ptrdiff_t key_stride;
-    const float* values;
+// Per-thread buffers of decode: scores and probabilities of one head, and the widened keys and
+// values of an fp16 cache where it cannot be read in place.
+struct DecodeBuffers {
+    std::vector<float> scores, probs;  // (round_up(pos + 1, kTileCols))
+    std::vector<float> keys, values;   // fp16 caches without x86-64-v4 only
 };
 
-HeadCache head_cache(const float* keys_t, int key_stride, const float* values, int, int, std::vector<float>&,
-                     std::vector<float>&) {
-    return {keys_t, key_stride, values};
+// Decode of one query head over its kv head's cache (keys_t (head_dim, key_stride), values
+// (pos + 1 rows of head_dim)).
+void decode_cached_head(float* out, const float* q, const float* keys_t, int key_stride, const float* values, int pos,
+                        int head_dim, float scale, DecodeBuffers& buffers) {
+    decode_head(out, q, keys_t, key_stride, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
+                buffers.probs.data());
 }
 
-HeadCache head_cache(const _Float16* keys_t, int key_stride, const _Float16* values, int pos, int head_dim,
-                     std::vector<float>& keys, std::vector<float>& widened_values) {
+// An fp16 cache is read in place by decode_head's own arithmetic where its x86-64-v4 clone
+// runs; elsewhere it is widened into buffers first (the cache is still read at half the bytes).
+void decode_cached_head(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
+                        int pos, int head_dim, float scale, DecodeBuffers& buffers) {
+    static const bool in_place = __builtin_cpu_supports("x86-64-v4");
+    if (in_place) {
+        decode_head_f16_v4(out, q, keys_t, key_stride, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
+                           buffers.probs.data());
+        return;
+    }
     const int padded = round_up(pos + 1, kTileCols);  // whole tiles of keys
-    keys.resize(static_cast<size_t>(head_dim) * padded);
+    buffers.keys.resize(static_cast<size_t>(head_dim) * padded);
     for (int d = 0; d < head_dim; ++d)
-        widen_f16(keys_t + static_cast<ptrdiff_t>(d) * key_stride, keys.data() + static_cast<size_t>(d) * padded,
+        widen_f16(keys_t + static_cast<ptrdiff_t>(d) * key_stride, buffers.keys.data() + static_cast<size_t>(d) * padded,
                   static_cast<size_t>(padded));
     // pos + 1 rows, and the values the tiles read past the last one.
-    widened_values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
-    widen_f16(values, widened_values.data(), widened_values.size());
-    return {keys.data(), padded, widened_values.data()};
+    buffers.values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
+    widen_f16(values, buffers.values.data(), buffers.values.size());
+    decode_head(out, q, buffers.keys.data(), padded, buffers.values.data(), head_dim, pos, head_dim, scale,
+                buffers.scores.data(), buffers.probs.data());
 }
 
 template <typename Cache>
 void attention_decode_from(float* out, const float* q, const Cache* keys_t, int key_stride, const Cache* values,
-                           int value_stride, int pos, int heads, int kv_heads, int head_dim) {
+                           int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin,
+                           int head_end) {
     check_heads(heads, kv_heads);
     const int group = heads / kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const size_t padded = static_cast<size_t>(round_up(pos + 1, kTileCols));
-#pragma omp parallel
-    {
-        std::vector<float> scores(padded), probs(padded);  // small and transient
-        std::vector<float> widened_keys, widened_values;   // fp16 caches only
-#pragma omp for schedule(static)
-        for (int h = 0; h < heads; ++h) {
-            const int kv_head = h / group;
-            const HeadCache cache =
-                head_cache(keys_t + static_cast<ptrdiff_t>(kv_head) * head_dim * key_stride, key_stride,
-                           values + static_cast<ptrdiff_t>(kv_head) * value_stride * head_dim, pos, head_dim,
-                           widened_keys, widened_values);
-            decode_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
-                        cache.keys_t, cache.key_stride, cache.values, head_dim, pos, head_dim, scale, scores.data(),
-                        probs.data());
-        }
+    DecodeBuffers buffers;  // small and transient
+    buffers.scores.resize(padded);
+    buffers.probs.resize(padded);
+    for (int h = head_begin; h < head_end; ++h) {
+        const ptrdiff_t kv_head = h / group;
+        decode_cached_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
+                           keys_t + kv_head * head_dim * key_stride, key_stride,
+                           values + kv_head * value_stride * head_dim, pos, head_dim, scale, buffers);
     }
 }
 
 }  // namespace
 
 void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
-                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
-    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
+                           int head_end) {
+    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
+                             head_begin, head_end);
 }
 
 // Cloned: the x86-64-v3/v4 builds convert with F16C instructions, the baseline one in software.
 DQT_TARGET_CLONES
 void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
-                           const float* v, int first_pos, int count, int kv_heads, int head_dim) {
-    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim);
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
+                           int head_end) {
+    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
+                             head_begin, head_end);
 }
 
 void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
-                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
-    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim);
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
+    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
+                          head_begin, head_end);
 }
 
 void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
-                      int value_stride, int pos, int heads, int kv_heads, int head_dim) {
-    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim);
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
+    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
+                          head_begin, head_end);
 }
 
 DQT_TARGET_CLONES

@@ -13,6 +13,10 @@ namespace dqt {
 // no backward), which gives the same out bit for bit without the (seq, seq) matrices.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int batch,
                        int seq, int heads, int kv_heads, int head_dim);
+// Query heads [head_begin, head_end) of attention_forward at batch 1 without probs, on the
+// calling thread (inference splits heads over its own threads): the same bits in those heads.
+void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
+                             int kv_heads, int head_dim, int head_begin, int head_end);
 
 // Floats the caller must provide as dscores_scratch of attention_backward: one (seq, seq)
 // matrix per (batch, head), i.e. batch * heads * seq * seq, the size of probs. (Per-thread
@@ -34,20 +38,24 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 // elements. Decode then streams one block per head.
 int attention_key_stride(int max_seq);  // max_seq rounded up to the kernel's tile width
 size_t attention_value_slack();
-// Writes keys k and values v (count, kv_heads, head_dim) of positions first_pos .. first_pos + count - 1.
+// Writes kv heads [head_begin, head_end) of keys k and values v (count, kv_heads, head_dim) at
+// positions first_pos .. first_pos + count - 1.
 void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
-                           const float* v, int first_pos, int count, int kv_heads, int head_dim);
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
+                           int head_end);
 void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
-                           const float* v, int first_pos, int count, int kv_heads, int head_dim);
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
+                           int head_end);
 // x = fp16(x), round to nearest even: what an fp16 cache holds of x.
 void round_to_f16_in_place(float* x, size_t count);
 
 // One generation step: the token at position pos attends to cache positions 0..pos (pos
-// already holds its own key and value). q, out (heads, head_dim). Equals row pos of
-// attention_forward over the same keys and values bit for bit (the same multiply-add chains).
+// already holds its own key and value). q, out (heads, head_dim); query heads [head_begin,
+// head_end) are computed, on the calling thread. Equals row pos of attention_forward over the
+// same keys and values bit for bit (the same multiply-add chains).
 void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
-                      int value_stride, int pos, int heads, int kv_heads, int head_dim);
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
-                      int value_stride, int pos, int heads, int kv_heads, int head_dim);
+                      int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 
 }  // namespace dqt

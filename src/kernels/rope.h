@@ -17,8 +17,11 @@ struct RopeTable {
 
 // In place on x (batch, seq, heads, head_dim); token t sits at position pos0 + t. head_dim even.
 void rope_forward(float* x, int batch, int seq, int heads, int head_dim, int pos0, float theta);
-// In place on x (seq, heads, table.head_dim), token t rotated by table row first_row + t.
-void rope_forward(float* x, int seq, int heads, const RopeTable& table, int first_row);
+// In place on heads [head_begin, head_end) of x: seq rows row_stride floats apart, head h of a
+// row at h * table.head_dim; token t rotated by table row first_row + t. On the calling thread
+// (inference splits heads over its own threads).
+void rope_forward_heads(float* x, int seq, size_t row_stride, int head_begin, int head_end, const RopeTable& table,
+                        int first_row);
 
 // In place on the gradient dx (batch, seq, heads, head_dim): the rotation is orthogonal, so
 // its backward is the rotation by the opposite angle.
