@@ -345,7 +345,7 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
         attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
                           s.head_dim);
         const int key_stride = attention_key_stride(s.seq);
-        Floats keys_t(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
+        Floats keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
         Floats values(v.size() + attention_value_slack(), 0.0f);
         // Stored, attended and decoded in two shares of heads, as inference's threads do.
         const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
@@ -354,9 +354,9 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
             attention_forward_heads(by_shares.data(), q.data(), k.data(), v.data(), s.seq, s.heads, s.kv_heads,
                                     s.head_dim, first, last);
         EXPECT_EQ(by_shares, out);
-        store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, kv_split);
-        store_keys_and_values(keys_t.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, kv_split, s.kv_heads);
         // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.
         const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
@@ -364,10 +364,40 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
             SCOPED_TRACE("pos " + std::to_string(pos));
             Floats decoded(row);
             for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
-                attention_decode(decoded.data(), q.data() + pos * row, keys_t.data(), key_stride, values.data(),
+                attention_decode(decoded.data(), q.data() + pos * row, keys.data(), key_stride, values.data(),
                                  s.seq, pos, s.heads, s.kv_heads, s.head_dim, first, last);
             const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
             ASSERT_EQ(decoded, expected);
+        }
+    }
+}
+
+// An fp16 cache (read in place on AVX-512 machines, widened first elsewhere) decodes to the
+// bits of the forward over the fp16-rounded keys and values.
+TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndValues) {
+    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
+                                    AttentionShape{1, 17, 3, 3, 40}}) {
+        Random rng;
+        SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
+        const Floats q = to_float(rng.normal(s.q_size()));
+        Floats k = to_float(rng.normal(s.kv_size())), v = to_float(rng.normal(s.kv_size()));
+        const int key_stride = attention_key_stride(s.seq);
+        std::vector<_Float16> keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
+        std::vector<_Float16> values(v.size() + attention_value_slack());
+        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+                              s.kv_heads, s.head_dim, 0, s.kv_heads);
+        round_to_f16_in_place(k.data(), k.size());
+        round_to_f16_in_place(v.data(), v.size());
+        Floats out(s.q_size());
+        attention_forward(out.data(), nullptr, q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
+                          s.head_dim);
+        const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
+        for (int pos = 0; pos < s.seq; ++pos) {
+            SCOPED_TRACE("pos " + std::to_string(pos));
+            Floats decoded(row);
+            attention_decode(decoded.data(), q.data() + pos * row, keys.data(), key_stride, values.data(), s.seq,
+                             pos, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+            ASSERT_EQ(decoded, Floats(out.begin() + pos * row, out.begin() + (pos + 1) * row));
         }
     }
 }

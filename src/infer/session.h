@@ -34,14 +34,15 @@ const char* kv_cache_type_name(KvCacheType type);
 KvCacheType parse_kv_cache_type(const std::string& name);
 
 // Keys and values of every layer for positions [0, length) after RoPE, in the layout
-// attention_decode reads (kernels/attention.h): per kv head, keys transposed and values as rows.
+// attention_decode reads (kernels/attention.h): per kv head, keys in transposed tiles of 16
+// positions and values as rows.
 struct KvCache {
     KvCacheType type = KvCacheType::f32;
     int max_seq = 0;
     int key_stride = 0;  // attention_key_stride(max_seq)
     int length = 0;      // positions filled
     // Per layer, of the cache's type (the other pair stays empty), category activations:
-    std::vector<Array<float>> keys, values;         // (Hkv, D, key_stride), (Hkv, max_seq, D) + slack
+    std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 16, D, 16), (Hkv, max_seq, D) + slack
     std::vector<Array<_Float16>> keys_f16, values_f16;
     KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;

@@ -323,13 +323,13 @@ __attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const _Float
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
 // decode gives the bits of the full forward's row pos over the same keys and values. q, out
-// (head_dim); keys_t (head_dim, key_stride) this kv head's keys transposed; v (pos + 1 rows,
+// (head_dim); key_tiles this kv head's keys in the cache's tiles (attention.h); v (pos + 1 rows,
 // v_row_stride apart, readable kTileCols entries past head_dim); scores, probs
 // (round_up(pos + 1, kTileCols)).
 template <typename Cache>
-[[gnu::always_inline]] inline void decode_head_of(float* out, const float* q, const Cache* keys_t, ptrdiff_t key_stride,
-                                                  const Cache* v, ptrdiff_t v_row_stride, int pos, int head_dim,
-                                                  float scale, float* scores, float* probs) {
+[[gnu::always_inline]] inline void decode_head_of(float* out, const float* q, const Cache* key_tiles, const Cache* v,
+                                                  ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
+                                                  float* scores, float* probs) {
     // Up to kChains tiles advance together: independent chains hide the multiply-add latency,
     // and each chain keeps its own order, so the bits stay those of forward_head.
     constexpr int kChains = 4;
@@ -340,7 +340,7 @@ template <typename Cache>
         for (int d = 0; d < head_dim; ++d) {
             for (int c = 0; c < chains; ++c) {
                 Vec keys;
-                load_tile(keys, keys_t + d * key_stride + j0 + c * kTileCols);
+                load_tile(keys, key_tiles + (static_cast<ptrdiff_t>(j0 / kTileCols + c) * head_dim + d) * kTileCols);
                 acc[c] += q[d] * keys;
             }
         }
@@ -365,18 +365,18 @@ template <typename Cache>
 }
 
 DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const float* keys_t, ptrdiff_t key_stride, const float* v,
-                 ptrdiff_t v_row_stride, int pos, int head_dim, float scale, float* scores, float* probs) {
-    decode_head_of(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+void decode_head(float* out, const float* q, const float* key_tiles, const float* v, ptrdiff_t v_row_stride, int pos,
+                 int head_dim, float scale, float* scores, float* probs) {
+    decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
 // The fp16 cache read in place. Compiled for exactly the x86-64-v4 clone of decode_head and
 // taken only where that clone runs: the same instructions after the widening, the same bits.
-__attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float* out, const float* q, const _Float16* keys_t,
-                                                                 ptrdiff_t key_stride, const _Float16* v,
-                                                                 ptrdiff_t v_row_stride, int pos, int head_dim,
-                                                                 float scale, float* scores, float* probs) {
-    decode_head_of(out, q, keys_t, key_stride, v, v_row_stride, pos, head_dim, scale, scores, probs);
+__attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float* out, const float* q,
+                                                                          const _Float16* key_tiles, const _Float16* v,
+                                                                          ptrdiff_t v_row_stride, int pos, int head_dim,
+                                                                          float scale, float* scores, float* probs) {
+    decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
 // out[0, count) = in[0, count) widened from fp16 (exact), 16 at a time where the CPU has
@@ -471,14 +471,15 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
     }
 }
 
-int attention_key_stride(int max_seq) { return round_up(max_seq, kTileCols); }
+static_assert(kAttentionKeyTile == kTileCols, "decode loads one tile of keys per vector");
+int attention_key_stride(int max_seq) { return round_up(max_seq, kAttentionKeyTile); }
 
 size_t attention_value_slack() { return kTileCols; }
 
 namespace {
 
 template <typename Cache>
-[[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys_t, int key_stride, Cache* values,
+[[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys, int key_stride, Cache* values,
                                                             int value_stride, const float* k, const float* v,
                                                             int first_pos, int count, int kv_heads, int head_dim,
                                                             int head_begin, int head_end) {
@@ -489,8 +490,10 @@ template <typename Cache>
             const float* k_head = k + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
             const float* v_head = v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
             Cache* v_row = values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim;
+            Cache* key_tiles = keys + static_cast<ptrdiff_t>(h) * head_dim * key_stride;
+            const ptrdiff_t tile = (pos / kTileCols) * head_dim * kTileCols + pos % kTileCols;
             for (int d = 0; d < head_dim; ++d) {
-                keys_t[(static_cast<ptrdiff_t>(h) * head_dim + d) * key_stride + pos] = static_cast<Cache>(k_head[d]);
+                key_tiles[tile + d * kTileCols] = static_cast<Cache>(k_head[d]);
                 v_row[d] = static_cast<Cache>(v_head[d]);
             }
         }
@@ -504,38 +507,34 @@ struct DecodeBuffers {
     std::vector<float> keys, values;   // fp16 caches without x86-64-v4 only
 };
 
-// Decode of one query head over its kv head's cache (keys_t (head_dim, key_stride), values
-// (pos + 1 rows of head_dim)).
-void decode_cached_head(float* out, const float* q, const float* keys_t, int key_stride, const float* values, int pos,
-                        int head_dim, float scale, DecodeBuffers& buffers) {
-    decode_head(out, q, keys_t, key_stride, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
-                buffers.probs.data());
+// Decode of one query head over its kv head's cache (key_tiles and values as attention.h lays
+// them out).
+void decode_cached_head(float* out, const float* q, const float* key_tiles, const float* values, int pos, int head_dim,
+                        float scale, DecodeBuffers& buffers) {
+    decode_head(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(), buffers.probs.data());
 }
 
 // An fp16 cache is read in place by decode_head's own arithmetic where its x86-64-v4 clone
 // runs; elsewhere it is widened into buffers first (the cache is still read at half the bytes).
-void decode_cached_head(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
-                        int pos, int head_dim, float scale, DecodeBuffers& buffers) {
+void decode_cached_head(float* out, const float* q, const _Float16* key_tiles, const _Float16* values, int pos,
+                        int head_dim, float scale, DecodeBuffers& buffers) {
     static const bool in_place = __builtin_cpu_supports("x86-64-v4");
     if (in_place) {
-        decode_head_f16_v4(out, q, keys_t, key_stride, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
+        decode_head_f16_v4(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
                            buffers.probs.data());
         return;
     }
-    const int padded = round_up(pos + 1, kTileCols);  // whole tiles of keys
-    buffers.keys.resize(static_cast<size_t>(head_dim) * padded);
-    for (int d = 0; d < head_dim; ++d)
-        widen_f16(keys_t + static_cast<ptrdiff_t>(d) * key_stride, buffers.keys.data() + static_cast<size_t>(d) * padded,
-                  static_cast<size_t>(padded));
-    // pos + 1 rows, and the values the tiles read past the last one.
+    // The whole tiles of keys 0..pos, and pos + 1 rows of values with what the tiles read past them.
+    buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kTileCols)) * head_dim);
+    widen_f16(key_tiles, buffers.keys.data(), buffers.keys.size());
     buffers.values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
     widen_f16(values, buffers.values.data(), buffers.values.size());
-    decode_head(out, q, buffers.keys.data(), padded, buffers.values.data(), head_dim, pos, head_dim, scale,
+    decode_head(out, q, buffers.keys.data(), buffers.values.data(), head_dim, pos, head_dim, scale,
                 buffers.scores.data(), buffers.probs.data());
 }
 
 template <typename Cache>
-void attention_decode_from(float* out, const float* q, const Cache* keys_t, int key_stride, const Cache* values,
+void attention_decode_from(float* out, const float* q, const Cache* keys, int key_stride, const Cache* values,
                            int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin,
                            int head_end) {
     check_heads(heads, kv_heads);
@@ -548,38 +547,38 @@ void attention_decode_from(float* out, const float* q, const Cache* keys_t, int 
     for (int h = head_begin; h < head_end; ++h) {
         const ptrdiff_t kv_head = h / group;
         decode_cached_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
-                           keys_t + kv_head * head_dim * key_stride, key_stride,
-                           values + kv_head * value_stride * head_dim, pos, head_dim, scale, buffers);
+                           keys + kv_head * head_dim * key_stride, values + kv_head * value_stride * head_dim, pos,
+                           head_dim, scale, buffers);
     }
 }
 
 }  // namespace
 
-void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
+void store_keys_and_values(float* keys, int key_stride, float* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end) {
-    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
+    store_keys_and_values_as(keys, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
                              head_begin, head_end);
 }
 
 // Cloned: the x86-64-v3/v4 builds convert with F16C instructions, the baseline one in software.
 DQT_TARGET_CLONES
-void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
+void store_keys_and_values(_Float16* keys, int key_stride, _Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end) {
-    store_keys_and_values_as(keys_t, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
+    store_keys_and_values_as(keys, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
                              head_begin, head_end);
 }
 
-void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
+void attention_decode(float* out, const float* q, const float* keys, int key_stride, const float* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
-    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
+    attention_decode_from(out, q, keys, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
                           head_begin, head_end);
 }
 
-void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
+void attention_decode(float* out, const float* q, const _Float16* keys, int key_stride, const _Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
-    attention_decode_from(out, q, keys_t, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
+    attention_decode_from(out, q, keys, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
                           head_begin, head_end);
 }
 

@@ -32,18 +32,21 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
                         int heads, int kv_heads, int head_dim);
 
 // A KV cache for attention_decode keeps each kv head's keys and values contiguous, as fp32 or
-// fp16 (_Float16, half the bytes a decode step reads): keys transposed, keys_t (kv_heads,
-// head_dim, key_stride) with key j of head h, dimension d at [(h * head_dim + d) * key_stride
-// + j]; values (kv_heads, value_stride, head_dim) followed by attention_value_slack() readable
-// elements. Decode then streams one block per head.
-int attention_key_stride(int max_seq);  // max_seq rounded up to the kernel's tile width
+// fp16 (_Float16, half the bytes a decode step reads). Keys in tiles of kAttentionKeyTile
+// positions, each tile transposed: keys (kv_heads, key_stride / kAttentionKeyTile, head_dim,
+// kAttentionKeyTile), key j of head h, dimension d at [h * head_dim * key_stride +
+// ((j / kAttentionKeyTile) * head_dim + d) * kAttentionKeyTile + j % kAttentionKeyTile]; values
+// (kv_heads, value_stride, head_dim) followed by attention_value_slack() readable elements.
+// Decode at pos then reads one contiguous run of keys and one of values per head.
+inline constexpr int kAttentionKeyTile = 16;
+int attention_key_stride(int max_seq);  // max_seq rounded up to kAttentionKeyTile
 size_t attention_value_slack();
 // Writes kv heads [head_begin, head_end) of keys k and values v (count, kv_heads, head_dim) at
 // positions first_pos .. first_pos + count - 1.
-void store_keys_and_values(float* keys_t, int key_stride, float* values, int value_stride, const float* k,
+void store_keys_and_values(float* keys, int key_stride, float* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end);
-void store_keys_and_values(_Float16* keys_t, int key_stride, _Float16* values, int value_stride, const float* k,
+void store_keys_and_values(_Float16* keys, int key_stride, _Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end);
 // x = fp16(x), round to nearest even: what an fp16 cache holds of x.
@@ -53,9 +56,9 @@ void round_to_f16_in_place(float* x, size_t count);
 // already holds its own key and value). q, out (heads, head_dim); query heads [head_begin,
 // head_end) are computed, on the calling thread. Equals row pos of attention_forward over the
 // same keys and values bit for bit (the same multiply-add chains).
-void attention_decode(float* out, const float* q, const float* keys_t, int key_stride, const float* values,
+void attention_decode(float* out, const float* q, const float* keys, int key_stride, const float* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
-void attention_decode(float* out, const float* q, const _Float16* keys_t, int key_stride, const _Float16* values,
+void attention_decode(float* out, const float* q, const _Float16* keys, int key_stride, const _Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 
 }  // namespace dqt
