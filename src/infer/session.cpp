@@ -76,16 +76,11 @@ InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvC
                 std::to_string(model.config.seq_len));
 }
 
-void InferenceSession::reserve(int n) {
+void InferenceSession::reserve(int n, int team, bool split_rows) {
     const ModelConfig& c = model_.config;
-    const size_t team = static_cast<size_t>(std::max(1, omp_get_max_threads()));
-    if (n > capacity_ || per_thread_.size() < team) {
-        const int tokens = std::max(n, capacity_);
-        const size_t N = static_cast<size_t>(tokens), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
+    if (n > capacity_) {
+        const size_t N = static_cast<size_t>(n), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
         const MemCategory s = MemCategory::scratch;
-        per_thread_.resize(std::max(per_thread_.size(), team));
-        for (RowScratch& rows : per_thread_) rows.allocate(c, tokens);
-        shared_rows_.allocate(c, tokens);
         q_ = Array<float>(s, N * C);
         k_ = Array<float>(s, N * c.kv_dim());
         v_ = Array<float>(s, N * c.kv_dim());
@@ -97,23 +92,29 @@ void InferenceSession::reserve(int n) {
         normed_ = Array<float>(s, N * C);
         rstd_ = Array<float>(s, N);
         logits_ = Array<float>(s, N * V);
-        capacity_ = tokens;
+        capacity_ = n;
+    }
+    // Only the row scratch this run uses grows: decode never allocates the shared copy, and a
+    // prompt never the per-thread ones.
+    if (split_rows) {
+        shared_rows_.reserve(c, n);
+    } else {
+        if (per_thread_.size() < static_cast<size_t>(team)) per_thread_.resize(static_cast<size_t>(team));
+        for (RowScratch& rows : per_thread_) rows.reserve(c, n);
+    }
+}
+
+void InferenceSession::RowScratch::reserve(const ModelConfig& c, int n) {
+    if (n > capacity) {
+        const size_t N = static_cast<size_t>(n);
+        x = Array<float>(MemCategory::scratch, N * c.dim);
+        normed = Array<float>(MemCategory::scratch, N * c.dim);
+        h_sub = c.subln ? Array<float>(MemCategory::scratch, N * c.ffn_dim) : Array<float>();
+        rstd = Array<float>(MemCategory::scratch, N);
+        capacity = n;
     }
     // Shaped here, outside the threads: the kernels read their row count, and the padding
     // stays zero while the threads fill the rows.
-    for (RowScratch& rows : per_thread_) rows.shape(c, n);
-    shared_rows_.shape(c, n);
-}
-
-void InferenceSession::RowScratch::allocate(const ModelConfig& c, int tokens) {
-    const size_t N = static_cast<size_t>(tokens);
-    x = Array<float>(MemCategory::scratch, N * c.dim);
-    normed = Array<float>(MemCategory::scratch, N * c.dim);
-    h_sub = c.subln ? Array<float>(MemCategory::scratch, N * c.ffn_dim) : Array<float>();
-    rstd = Array<float>(MemCategory::scratch, N);
-}
-
-void InferenceSession::RowScratch::shape(const ModelConfig& c, int n) {
     dim_input.reshape(n, c.dim);
     ffn_input.reshape(n, c.ffn_dim);
 }
@@ -288,10 +289,10 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
                         std::to_string(c.vocab_size));
-    reserve(n);
     // One team for all blocks: its threads meet at four barriers per block (docs/results.md).
-    const int team = std::min(omp_get_max_threads(), static_cast<int>(per_thread_.size()));
+    const int team = std::max(1, omp_get_max_threads());
     const bool split_rows = n >= kSplitRowsPerThread * team;
+    reserve(n, team, split_rows);
 #pragma omp parallel num_threads(team)
     run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
     cache_.length += n;

@@ -80,8 +80,9 @@ private:
         Array<float> rstd;    // (n)
         Int8Rows dim_input;   // (n, C) quantized input of products over C
         Int8Rows ffn_input;   // (n, F) quantized input of w_down
-        void allocate(const ModelConfig& config, int tokens);
-        void shape(const ModelConfig& config, int n);  // the Int8Rows to n rows
+        int capacity = 0;     // tokens the arrays hold
+        // Grows the arrays to n tokens and shapes the Int8Rows to n rows.
+        void reserve(const ModelConfig& config, int n);
     };
     // A thread's rows [first, last) of `scratch`; split: the threads meet after each step.
     struct RowShare {
@@ -100,8 +101,9 @@ private:
         const InferenceLinear* weight;
         float* out;  // (n, weight->rows)
     };
-    // Grows the scratch to n tokens and one RowScratch per thread; shapes the Int8Rows to n.
-    void reserve(int n);
+    // Grows the scratch to n tokens: the shared products', and the row scratch of the mode the
+    // run uses (one per thread of `team`, or the shared copy when the rows are split).
+    void reserve(int n, int team, bool split_rows);
     // Thread `thread` of `threads`: the blocks of the forward over the n new tokens, the
     // elementwise rows split over the threads (shared_rows_) or repeated by each (per_thread_).
     void run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads);
