@@ -349,10 +349,10 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
         Floats values(v.size() + attention_value_slack(), 0.0f);
         // Stored, attended and decoded in two shares of heads, as inference's threads do.
         const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
-        Floats by_shares(s.q_size());
+        Floats by_shares(s.q_size()), scratch(attention_forward_heads_scratch_floats(s.seq, s.head_dim));
         for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
             attention_forward_heads(by_shares.data(), q.data(), k.data(), v.data(), s.seq, s.heads, s.kv_heads,
-                                    s.head_dim, first, last);
+                                    s.head_dim, first, last, scratch.data());
         EXPECT_EQ(by_shares, out);
         store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, kv_split);

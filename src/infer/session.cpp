@@ -94,6 +94,12 @@ void InferenceSession::reserve(int n, int team, bool split_rows) {
         logits_ = Array<float>(s, N * V);
         capacity_ = n;
     }
+    if (cache_.length == 0) {  // attention_forward_heads runs, on every thread
+        const size_t floats = attention_forward_heads_scratch_floats(n, c.head_dim());
+        if (attention_scratch_.size() < static_cast<size_t>(team)) attention_scratch_.resize(static_cast<size_t>(team));
+        for (Array<float>& scratch : attention_scratch_)
+            if (scratch.size() < floats) scratch = Array<float>(MemCategory::scratch, floats);
+    }
     // Only the row scratch this run uses grows: decode never allocates the shared copy, and a
     // prompt never the per-thread ones.
     if (split_rows) {
@@ -172,7 +178,7 @@ InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows
     return {rows, product.quantized() ? &quantized : nullptr};
 }
 
-void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end) {
+void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int thread) {
     const ModelConfig& c = model_.config;
     const int pos = cache_.length, C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
     const int head_begin = kv_begin * group, head_end = kv_end * group;
@@ -195,7 +201,7 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end) {
     if (pos == 0) {
         // The training forward's attention over the n new rows (B = 1, T = n).
         attention_forward_heads(att_.data(), q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
-                                head_begin, head_end);
+                                head_begin, head_end, attention_scratch_[static_cast<size_t>(thread)].data());
         return;
     }
     for (int i = 0; i < n; ++i) {
@@ -242,7 +248,7 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
             multiply_share({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, input, n, thread, threads);
 #pragma omp barrier
         }
-        attend(l, n, kv_begin, kv_end);
+        attend(l, n, kv_begin, kv_end, thread);
 #pragma omp barrier
         input = prepare_input(att_.data(), w.attn_subnorm, C, w.wo, rows.normed.data(), rows.dim_input, share);
         multiply_share({{&w.wo, proj_.data()}}, input, n, thread, threads);

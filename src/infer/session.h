@@ -34,7 +34,7 @@ const char* kv_cache_type_name(KvCacheType type);
 KvCacheType parse_kv_cache_type(const std::string& name);
 
 // Keys and values of every layer for positions [0, length) after RoPE, in the layout
-// attention_decode reads (kernels/attention.h): per kv head, keys in transposed tiles of 16
+// attention_decode reads (kernels/attention.h): per kv head, keys in transposed tiles of 64
 // positions and values as rows.
 struct KvCache {
     KvCacheType type = KvCacheType::f32;
@@ -42,7 +42,7 @@ struct KvCache {
     int key_stride = 0;  // attention_key_stride(max_seq)
     int length = 0;      // positions filled
     // Per layer, of the cache's type (the other pair stays empty), category activations:
-    std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 16, D, 16), (Hkv, max_seq, D) + slack
+    std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 64, D, 64), (Hkv, max_seq, D) + slack
     std::vector<Array<_Float16>> keys_f16, values_f16;
     KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;
@@ -119,7 +119,7 @@ private:
                                float* normed, Int8Rows& quantized, const RowShare& share) const;
     // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
     // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then att_.
-    void attend(int layer, int n, int kv_begin, int kv_end);
+    void attend(int layer, int n, int kv_begin, int kv_end, int thread);
     // The products of the head over every thread, gemm for a dense one (model_forward's call).
     void run_head(const float* x, int n);
 
@@ -129,6 +129,7 @@ private:
     int capacity_ = 0;  // tokens the scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team
     RowScratch shared_rows_;
+    std::vector<Array<float>> attention_scratch_;  // per thread: attention_forward_heads' (position 0)
     // Shared by the team; each product's output columns are written by one thread:
     Array<float> q_;       // (n, C)
     Array<float> k_;       // (n, Hkv, D) before they go to the cache

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -149,6 +150,7 @@ using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
 class Carver {
 public:
     explicit Carver(size_t floats) : storage_(MemCategory::scratch, floats), next_(storage_.data()) {}
+    explicit Carver(float* memory) : next_(memory) {}  // the caller's memory, of the size asked
     float* take(size_t floats) {
         float* p = next_;
         next_ += floats;
@@ -168,8 +170,13 @@ struct ForwardWorkspace {
     float* scores;  // (kTileRows, seq_pad) one tile row of scores
     float* probs;   // (kTileRows, seq_pad) their softmax, when the caller saves no probs
 
-    explicit ForwardWorkspace(const Dims& dm)
-        : carver(dm.transposed() + dm.rows() + 2 * dm.tile_row()),
+    static size_t floats(const Dims& dm) { return dm.transposed() + dm.rows() + 2 * dm.tile_row(); }
+    explicit ForwardWorkspace(const Dims& dm) : ForwardWorkspace(dm, Carver(floats(dm))) {}
+    ForwardWorkspace(const Dims& dm, float* memory) : ForwardWorkspace(dm, Carver(memory)) {}
+
+private:
+    ForwardWorkspace(const Dims& dm, Carver&& from)
+        : carver(std::move(from)),
           k_t(carver.take(dm.transposed())),
           v_rows(carver.take(dm.rows())),
           scores(carver.take(dm.tile_row())),
@@ -331,8 +338,9 @@ template <typename Cache>
                                                   ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
                                                   float* scores, float* probs) {
     // Up to kChains tiles advance together: independent chains hide the multiply-add latency,
-    // and each chain keeps its own order, so the bits stay those of forward_head.
-    constexpr int kChains = 4;
+    // and each chain keeps its own order, so the bits stay those of forward_head. The cache's
+    // key tiles hold kChains vectors of positions each, so the chains read one stream.
+    constexpr int kChains = kAttentionKeyTile / kTileCols;
     const int n = pos + 1;
     for (int j0 = 0; j0 < n; j0 += kChains * kTileCols) {
         const int chains = std::min(kChains, (n - j0 + kTileCols - 1) / kTileCols);
@@ -340,7 +348,8 @@ template <typename Cache>
         for (int d = 0; d < head_dim; ++d) {
             for (int c = 0; c < chains; ++c) {
                 Vec keys;
-                load_tile(keys, key_tiles + (static_cast<ptrdiff_t>(j0 / kTileCols + c) * head_dim + d) * kTileCols);
+                load_tile(keys, key_tiles + (static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim + d) *
+                                                kAttentionKeyTile + c * kTileCols);
                 acc[c] += q[d] * keys;
             }
         }
@@ -434,12 +443,16 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     }
 }
 
+size_t attention_forward_heads_scratch_floats(int seq, int head_dim) {
+    return ForwardWorkspace::floats(Dims(seq, 1, 1, head_dim));
+}
+
 void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
-                             int kv_heads, int head_dim, int head_begin, int head_end) {
+                             int kv_heads, int head_dim, int head_begin, int head_end, float* scratch) {
     check_heads(heads, kv_heads);
     const Dims dm(seq, heads, kv_heads, head_dim);
     const int group = heads / kv_heads;
-    ForwardWorkspace ws(dm);
+    ForwardWorkspace ws(dm, scratch);
     for (int h = head_begin; h < head_end; ++h) {
         const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = static_cast<ptrdiff_t>(h / group) * head_dim;
         forward_head(out + q_off, nullptr, q + q_off, k + kv_off, v + kv_off, dm, ws);
@@ -471,7 +484,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
     }
 }
 
-static_assert(kAttentionKeyTile == kTileCols, "decode loads one tile of keys per vector");
+static_assert(kAttentionKeyTile % kTileCols == 0, "decode loads whole vectors of a key tile");
 int attention_key_stride(int max_seq) { return round_up(max_seq, kAttentionKeyTile); }
 
 size_t attention_value_slack() { return kTileCols; }
@@ -491,9 +504,9 @@ template <typename Cache>
             const float* v_head = v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
             Cache* v_row = values + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim;
             Cache* key_tiles = keys + static_cast<ptrdiff_t>(h) * head_dim * key_stride;
-            const ptrdiff_t tile = (pos / kTileCols) * head_dim * kTileCols + pos % kTileCols;
+            const ptrdiff_t tile = (pos / kAttentionKeyTile) * head_dim * kAttentionKeyTile + pos % kAttentionKeyTile;
             for (int d = 0; d < head_dim; ++d) {
-                key_tiles[tile + d * kTileCols] = static_cast<Cache>(k_head[d]);
+                key_tiles[tile + d * kAttentionKeyTile] = static_cast<Cache>(k_head[d]);
                 v_row[d] = static_cast<Cache>(v_head[d]);
             }
         }
@@ -525,7 +538,7 @@ void decode_cached_head(float* out, const float* q, const _Float16* key_tiles, c
         return;
     }
     // The whole tiles of keys 0..pos, and pos + 1 rows of values with what the tiles read past them.
-    buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kTileCols)) * head_dim);
+    buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kAttentionKeyTile)) * head_dim);
     widen_f16(key_tiles, buffers.keys.data(), buffers.keys.size());
     buffers.values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
     widen_f16(values, buffers.values.data(), buffers.values.size());

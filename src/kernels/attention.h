@@ -15,8 +15,11 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
                        int seq, int heads, int kv_heads, int head_dim);
 // Query heads [head_begin, head_end) of attention_forward at batch 1 without probs, on the
 // calling thread (inference splits heads over its own threads): the same bits in those heads.
+// scratch: attention_forward_heads_scratch_floats(seq, head_dim) floats of the caller's, so
+// that what threads allocate does not depend on how their work interleaves.
+size_t attention_forward_heads_scratch_floats(int seq, int head_dim);
 void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
-                             int kv_heads, int head_dim, int head_begin, int head_end);
+                             int kv_heads, int head_dim, int head_begin, int head_end, float* scratch);
 
 // Floats the caller must provide as dscores_scratch of attention_backward: one (seq, seq)
 // matrix per (batch, head), i.e. batch * heads * seq * seq, the size of probs. (Per-thread
@@ -38,7 +41,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 // ((j / kAttentionKeyTile) * head_dim + d) * kAttentionKeyTile + j % kAttentionKeyTile]; values
 // (kv_heads, value_stride, head_dim) followed by attention_value_slack() readable elements.
 // Decode at pos then reads one contiguous run of keys and one of values per head.
-inline constexpr int kAttentionKeyTile = 16;
+inline constexpr int kAttentionKeyTile = 64;
 int attention_key_stride(int max_seq);  // max_seq rounded up to kAttentionKeyTile
 size_t attention_value_slack();
 // Writes kv heads [head_begin, head_end) of keys k and values v (count, kv_heads, head_dim) at
