@@ -24,6 +24,7 @@ struct TrainArgs {
     int threads = 0;
     bool resume = false;
     int stop_after = 0;
+    int code_stats_every = 0;
     bool no_sample = false;
     bool quiet = false;
     std::string sample_prompt = "The state of the Union";
@@ -50,6 +51,7 @@ void run(CLI::App& command, TrainArgs& args) {
             const std::string name = option->get_name();
             const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
                                  name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
+                                 name == "--code-stats-every" ||
                                  name == "--prompt" || name == "--help";
             require(allowed || option->count() == 0,
                     name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
@@ -60,6 +62,8 @@ void run(CLI::App& command, TrainArgs& args) {
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
         args.options.method = resolve_method_config(command, args.method_flags);
         args.options.optim_state = resolve_optim_state(args.method_flags);
+        require(args.code_stats_every == 0 || args.options.method.method != Method::fp,
+                "--code-stats-every measures quantized weights, and an fp model has none (use --method bitnet or dqt)");
         // Under mpirun, each rank runs one micro-batch unless told otherwise: the global batch
         // grows with the ranks (give --grad-accum to keep it fixed).
         if (command.get_option("--grad-accum")->count() == 0) args.options.grad_accum = world().size();
@@ -70,6 +74,7 @@ void run(CLI::App& command, TrainArgs& args) {
     RunControl control;
     control.resume = args.resume;
     control.stop_after_step = args.stop_after;
+    control.code_stats_every = args.code_stats_every;
     control.interactive = isatty(STDERR_FILENO) == 1;
     control.quiet = args.quiet;
     const TrainReport report = run_training(args.options, control);
@@ -121,6 +126,10 @@ void add_train_command(CLI::App& app) {
     add_threads_flag(*command, args->threads);
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
     command->add_option("--stop-after", args->stop_after, "checkpoint and stop after this step (resume later)");
+    command->add_option("--code-stats-every", args->code_stats_every,
+                        "every N steps, log how the quantized weights' codes move (metrics.jsonl, type \"codes\"; "
+                        "holds two int8 copies of them)")
+        ->check(CLI::PositiveNumber);
     command->add_flag("--no-sample", args->no_sample, "do not print a generated sample at the end");
     command->add_option("--prompt", args->sample_prompt, "prompt of the sample printed at the end")->capture_default_str();
     command->add_flag("--quiet", args->quiet, "no progress output");

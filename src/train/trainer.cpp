@@ -22,6 +22,7 @@
 #include "model/llama.h"
 #include "optim/schedule.h"
 #include "train/memory_report.h"
+#include "train/code_dynamics.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
@@ -119,6 +120,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     const int start_step = position.step;
     std::optional<MetricsLog> metrics;
     if (writer) metrics.emplace(metrics_path_in(options.out_dir), !control.resume, start_step);
+    std::optional<CodeDynamics> code_dynamics;
+    if (control.code_stats_every > 0 && writer) code_dynamics.emplace(model, control.code_stats_every);
     TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed,
                                options.grad_accum, comm, plan);
     training_step.previous_grad_norm = position.previous_grad_norm;
@@ -214,6 +217,8 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
                              {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes},
                              {"exchange_wait_seconds", result.exchange_wait_seconds}});
         }
+        nlohmann::json code_record;
+        if (code_dynamics && code_dynamics->after_step(model, step, code_record) && metrics) metrics->append(code_record);
         if (out) {
             progress.update({step, options.steps, loss, tokens_per_second, lr,
                              (options.steps - step) * elapsed / (step - start_step)});

@@ -12,6 +12,7 @@ struct RunControl {
     int stop_after_step = 0;    // > 0: checkpoint and stop after this step (an interruption)
     bool interactive = false;   // live status line (a terminal) instead of plain lines
     bool quiet = false;         // no progress output at all (tests)
+    int code_stats_every = 0;   // > 0: log how the quantized weights' codes move (train/code_dynamics.h)
 };
 
 struct TrainReport {
