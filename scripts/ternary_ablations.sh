@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Ternary DQT against BitNet (issue: ternary DQT as good as BitNet): the reproduction setup of
+# scripts/reproduce_paper.sh (same model, data order, seed, schedule and 5.02 M-token budget)
+# with the codes' movement logged every 50 steps, for bitnet, dqt ternary and each ablation;
+# then docs/img/ternary_code_dynamics.png and a table on stdout (docs/results.md).
+#
+#   bash scripts/ternary_ablations.sh              every run (about 25 min per pair on 2 cores)
+#   ONLY=dqt-1.58-wd0 bash scripts/ternary_ablations.sh     just that run
+# Two runs go side by side, one thread each (the results do not depend on the thread count).
+# Runs that finished (their metrics hold the final eval) are skipped; others start over.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dqt="${DQT:-build/dqt}"
+[ -x "$dqt" ] || { echo "ternary_ablations: $dqt missing: run scripts/setup.sh first" >&2; exit 1; }
+[ -d data/sotu ] || bash scripts/fetch_corpus.sh
+[ -d data/sotu-byte ] || "$dqt" data --corpus data/sotu --tokenizer byte --out data/sotu-byte
+
+common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 8
+        --steps 2450 --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
+        --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --eval-every 250 --eval-tokens 131072
+        --checkpoint-every 500 --no-sample --code-stats-every 50 --threads 1 --quiet)
+# name|flags: later flags override the common ones.
+runs=(
+  "bitnet|--method bitnet"
+  "dqt-1.58|--method dqt --bits 1.58"
+  "dqt-1.58-init0.04|--method dqt --bits 1.58 --init-std 0.04"
+  "dqt-1.58-wd0|--method dqt --bits 1.58 --weight-decay 0"
+  "dqt-1.58-lr1e-3|--method dqt --bits 1.58 --lr 1e-3"
+  "dqt-1.58-lr4e-3|--method dqt --bits 1.58 --lr 4e-3"
+)
+root=runs/codes
+mkdir -p "$root"
+finished() { [ -f "$1/metrics.jsonl" ] && grep -q '"type":"memory"\|"peak' "$1/metrics.jsonl"; }
+pending=()
+for entry in "${runs[@]}"; do
+  name="${entry%%|*}"
+  [ -z "${ONLY:-}" ] || [ "$name" = "$ONLY" ] || continue
+  if finished "$root/$name"; then echo "== $name: done already"; continue; fi
+  pending+=("$entry")
+done
+for ((i = 0; i < ${#pending[@]}; i += 2)); do
+  for entry in "${pending[@]:i:2}"; do
+    name="${entry%%|*}"
+    read -r -a flags <<< "${entry#*|}"
+    rm -rf "${root:?}/$name"
+    echo "== $name: training"
+    "$dqt" train "${common[@]}" "${flags[@]}" --out "$root/$name" > "$root/$name.log" 2>&1 &
+  done
+  wait
+done
+/usr/bin/python3 scripts/plot_code_dynamics.py docs/img/ternary_code_dynamics.png \
+  "$root/dqt-1.58" "$root/bitnet" "$root/dqt-1.58-init0.04" "$root/dqt-1.58-wd0" "$root/dqt-1.58-lr1e-3" \
+  "$root/dqt-1.58-lr4e-3"
