@@ -9,7 +9,8 @@ Reads each run's metrics.jsonl ("codes" and "eval" lines) and draws, against the
   - the learning rate times the grid's reach (lr / grid step, the mean over linears: the move
     in grid units of a unit-size Adam update),
   - validation loss.
-Prints a table of the same at a few steps, for docs/results.md.
+Prints two tables for docs/results.md: each run's final validation loss against bitnet's (a run
+folder named bitnet), and the movement of the codes at a few steps.
 """
 import json
 import os
@@ -83,6 +84,17 @@ def main():
     fig.savefig(out, dpi=110)
     print("wrote", out)
 
+    reference = runs.get("bitnet")
+    reference_loss = reference[1][-1]["val_loss"] if reference and reference[1] else None
+    print("| run | val loss at the end | vs bitnet | codes changed in the last step | grid step at the end |")
+    print("|---|---|---|---|---|")
+    for name, (codes, evals, _) in runs.items():
+        final = evals[-1]
+        versus = "%+.1f%%" % (100.0 * (final["val_loss"] / reference_loss - 1.0)) if reference_loss else "-"
+        grid = sum(t["grid_step"] for t in codes[-1]["tensors"]) / len(codes[-1]["tensors"])
+        print("| %s | %.4f (step %d) | %s | %.2e | %.4f |" % (
+            name, final["val_loss"], final["step"], versus, codes[-1]["changed_in_step"], grid))
+    print()
     print("| run | step | changed in one step | changed over the last interval | zero codes | lr / grid step |")
     print("|---|---|---|---|---|---|")
     for name, (codes, _, train) in runs.items():

@@ -27,6 +27,8 @@ runs=(
   "dqt-1.58-wd0|--method dqt --bits 1.58 --weight-decay 0"
   "dqt-1.58-lr1e-3|--method dqt --bits 1.58 --lr 1e-3"
   "dqt-1.58-lr4e-3|--method dqt --bits 1.58 --lr 4e-3"
+  "dqt-1.58-init0.06|--method dqt --bits 1.58 --init-std 0.06"
+  "bitnet-init0.04|--method bitnet --init-std 0.04"
 )
 root=runs/codes
 mkdir -p "$root"
@@ -50,4 +52,4 @@ for ((i = 0; i < ${#pending[@]}; i += 2)); do
 done
 /usr/bin/python3 scripts/plot_code_dynamics.py docs/img/ternary_code_dynamics.png \
   "$root/dqt-1.58" "$root/bitnet" "$root/dqt-1.58-init0.04" "$root/dqt-1.58-wd0" "$root/dqt-1.58-lr1e-3" \
-  "$root/dqt-1.58-lr4e-3"
+  "$root/dqt-1.58-lr4e-3" "$root/dqt-1.58-init0.06" "$root/bitnet-init0.04"

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "core/checksum.h"
 
 using namespace dqt;
 namespace fs = std::filesystem;
@@ -391,6 +393,21 @@ TEST(Shard, DetectsCorruptionTruncationAndWrongFiles) {
     expect_error([&] { Shard s(path); }, {path, "wrong magic"});
 
     expect_error([&] { Shard s(dir.file("missing.bin")); }, {dir.file("missing.bin"), "not found"});
+}
+
+// Ids past the vocabulary with valid checksums (a header patched to a smaller vocabulary and
+// resealed): refused at open, before any lookup could read outside the embedding table.
+TEST(Shard, RefusesTokenIdsOutsideItsVocabulary) {
+    TempDir dir;
+    const std::string path = dir.file("train.bin");
+    write_shard(path, iota_tokens(5000, 300), 300, 9000);
+    std::string patched = read_text(path);
+    const uint32_t smaller_vocab = 256;  // still 2 bytes per token: the header stays consistent
+    std::memcpy(&patched[16], &smaller_vocab, sizeof smaller_vocab);
+    const uint32_t header_crc = crc32_update(0, patched.data(), 60);
+    std::memcpy(&patched[60], &header_crc, sizeof header_crc);
+    write_text(path, patched);
+    expect_error([&] { Shard s(path); }, {path, "token 256 at position 256 is outside its vocabulary of 256"});
 }
 
 TEST(Shard, FailedWriteLeavesNoFile) {

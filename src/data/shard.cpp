@@ -134,6 +134,15 @@ Shard::Shard(const std::string& path) : path_(path) {
         bytes_per_token_ = static_cast<int>(header.bytes_per_token);
         vocab_size_ = static_cast<int>(header.vocab_size);
         source_bytes_ = header.source_bytes;
+        // A checksum-valid file can still hold ids its vocabulary does not have (crafted, or
+        // written by another program): the embedding lookup would read outside its table.
+        for (size_t i = 0; i < token_count_; ++i) {
+            const int32_t id = token(i);
+            if (id < 0 || id >= vocab_size_)  // not require(): no message built per token
+                throw Error(name + ": token " + std::to_string(static_cast<uint32_t>(id)) + " at position " +
+                            std::to_string(i) + " is outside its vocabulary of " + std::to_string(vocab_size_) +
+                            " (file corrupt or not written by dqt; re-run dqt data)");
+        }
     } catch (...) {
         unmap();
         throw;
