@@ -27,14 +27,14 @@ void add_generate_command(CLI::App& app) {
     command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file")->required();
     command->add_option("--prompt", args->prompt, "text to continue")->capture_default_str();
     command->add_option("--tokens", args->tokens, "new tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+    // Float ranges are checked by SamplingOptions::validate(): CLI11's own range message prints
+    // the largest double in full.
     command->add_option("--temperature", args->sampling.temperature, "softmax temperature (0 = greedy)")
-        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     command->add_option("--top-k", args->sampling.top_k, "sample among the k likeliest (0 = all)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     command->add_option("--top-p", args->sampling.top_p, "nucleus: smallest set with this mass")
-        ->check(CLI::Range(0.0f, 1.0f))
         ->capture_default_str();
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
@@ -42,6 +42,7 @@ void add_generate_command(CLI::App& app) {
     add_kv_cache_flag(*command, args->kv_cache);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
+        args->sampling.validate();
         set_num_threads(args->threads);
         const ModelFile loaded = load_model_file(args->checkpoint);
         std::unique_ptr<ModelParameters> ternary;

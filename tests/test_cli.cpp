@@ -57,7 +57,15 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     const std::string out = root / "run";
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --heads 3"), "must divide dim");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 0"), "n_layers must be positive");
-    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr -0.1"), "--lr must be positive");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr -0.1"), "--lr must be a positive finite number");
+    // Non-finite numbers: accepted before, they trained into a checkpoint nothing could load.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr inf"), "--lr must be a positive finite number");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr nan"), "--lr must be a positive finite number");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --init-std inf"), "init_std must be a positive finite");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --rope-theta inf"), "rope_theta must be a positive finite");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --adam-eps inf"), "--adam-eps must be a positive finite");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --weight-decay inf"), "--weight-decay must be a finite");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-clip inf"), "--grad-clip must be a finite");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");
@@ -102,6 +110,9 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     expect_one_line_error(run_dqt("generate " + checkpoint + " --prompt " + std::string(40, 'a')),
                           "the prompt is 40 tokens, but the model's context holds 32");
     expect_one_line_error(run_dqt("generate " + checkpoint + " --kv-cache q4"), "--kv-cache");
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --temperature nan"), "--temperature must be a finite");
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --temperature inf"), "--temperature must be a finite");
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --top-p nan"), "--top-p must be in (0, 1]");
 }
 
 TEST(Cli, ResumeRejectsChangedSettings) {

@@ -13,6 +13,7 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
                                int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
                                const std::function<void(const std::string&)>& on_text) {
     require(max_new_tokens >= 0, "--tokens must not be negative");
+    sampling.validate();
     std::vector<int32_t> tokens = tokenizer.encode(prompt);
     require(!tokens.empty(), "the prompt is empty: give at least one character with --prompt");
     const int context = model.config.seq_len;

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -26,9 +27,13 @@ void ModelConfig::validate() const {
                                            ") must divide n_heads (" + std::to_string(n_heads) + ")");
     require(head_dim() % 2 == 0, "model config: head_dim = dim / n_heads must be even for rotary embeddings, got " +
                                      std::to_string(head_dim()));
-    require(rope_theta > 0, "model config: rope_theta must be positive");
-    require(norm_eps > 0, "model config: norm_eps must be positive");
-    require(init_std > 0, "model config: init_std must be positive");
+    auto positive_finite = [](const char* name, float value) {
+        require(std::isfinite(value) && value > 0, std::string("model config: ") + name +
+                                                       " must be a positive finite number, got " + std::to_string(value));
+    };
+    positive_finite("rope_theta", rope_theta);
+    positive_finite("norm_eps", norm_eps);
+    positive_finite("init_std", init_std);
 }
 
 int64_t ModelConfig::parameter_count() const {

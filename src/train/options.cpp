@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -12,14 +14,16 @@ void TrainOptions::validate() const {
     require(steps > 0, "--steps must be positive, got " + std::to_string(steps));
     require(batch > 0, "--batch must be positive, got " + std::to_string(batch));
     require(grad_accum > 0, "--grad-accum must be positive, got " + std::to_string(grad_accum));
-    require(lr > 0, "--lr must be positive, got " + std::to_string(lr));
+    require(std::isfinite(lr) && lr > 0, "--lr must be a positive finite number, got " + std::to_string(lr));
     require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]");
     require(warmup_steps >= 0, "--warmup must not be negative");
     require(adam.beta1 >= 0 && adam.beta1 < 1, "--beta1 must be in [0, 1)");
     require(adam.beta2 >= 0 && adam.beta2 < 1, "--beta2 must be in [0, 1)");
-    require(adam.eps > 0, "--adam-eps must be positive");
-    require(adam.weight_decay >= 0, "--weight-decay must not be negative");
-    require(grad_clip >= 0, "--grad-clip must not be negative (0 disables clipping)");
+    require(std::isfinite(adam.eps) && adam.eps > 0, "--adam-eps must be a positive finite number");
+    require(std::isfinite(adam.weight_decay) && adam.weight_decay >= 0,
+            "--weight-decay must be a finite number >= 0");
+    require(std::isfinite(grad_clip) && grad_clip >= 0,
+            "--grad-clip must be a finite number >= 0 (0 disables clipping)");
     require(!fused_update || grad_accum == 1,
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
