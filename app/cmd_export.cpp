@@ -47,14 +47,17 @@ void add_export_command(CLI::App& app) {
         options.ternary = ternary_types.at(args->ternary_type);
         options.floats = float_types.at(args->float_type);
 
+        const std::string out = args->out.empty()
+                                    ? (std::filesystem::path(args->checkpoint).parent_path() / "model.gguf").string()
+                                    : args->out;
+        std::error_code ignored;  // a missing output is fine; only the same file is refused
+        require(!std::filesystem::equivalent(args->checkpoint, out, ignored),
+                "--out " + out + " is the input file itself: export writes a new file, choose another name");
         const ModelFile loaded = load_model_file(args->checkpoint);
         options.data_dir = loaded.data_dir;
         std::unique_ptr<ModelParameters> ternary;
         if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
         const ModelParameters& model = ternary ? *ternary : *loaded.model;
-        const std::string out = args->out.empty()
-                                    ? (std::filesystem::path(args->checkpoint).parent_path() / "model.gguf").string()
-                                    : args->out;
         const GgufExportSummary summary = export_gguf(model, *loaded.tokenizer, options, out);
         std::map<std::string, int> type_counts;
         for (GgmlType type : summary.tensor_types) ++type_counts[ggml_type_name(type)];

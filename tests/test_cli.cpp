@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,11 @@ void expect_one_line_error(const CommandResult& result, const std::string& needl
 std::string tiny_train_args(const std::string& out_dir) {
     return "train --data " + tiny_dataset_dir() + " --out " + out_dir +
            " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --eval-tokens 1024 --quiet";
+}
+
+std::string read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
@@ -194,6 +201,12 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     EXPECT_NE(generated.output.find("kernels: ternary"), std::string::npos) << generated.output;
 
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --format onnx"), "unknown --format 'onnx'");
+    // Export never overwrites its input (it did: a GGUF replaced the training checkpoint).
+    const std::string checkpoint_bytes = read_bytes(run + "/checkpoint.dqt");
+    expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --out " + run + "/checkpoint.dqt"),
+                          "is the input file itself");
+    expect_one_line_error(run_dqt("export " + gguf + " --out " + run + "/./model.gguf"), "is the input file itself");
+    EXPECT_EQ(read_bytes(run + "/checkpoint.dqt"), checkpoint_bytes);
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --ternary-type tq3_0"),
                           "unknown --ternary-type 'tq3_0'");
     ASSERT_EQ(run_dqt(tiny_train_args(untied) + " --method dqt --steps 3 --no-sample").exit_code, 0);
