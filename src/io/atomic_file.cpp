@@ -21,7 +21,7 @@ void fsync_directory(const std::string& path) {
     std::string dir = std::filesystem::path(path).parent_path().string();
     if (dir.empty()) dir = ".";
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    require(fd >= 0, "cannot sync directory " + dir + " after writing " + path + ": " + errno_text());
+    if (fd < 0) throw Error("cannot sync directory " + dir + " after writing " + path + ": " + errno_text());
     const int rc = ::fsync(fd);
     const int saved = errno;
     ::close(fd);
@@ -61,13 +61,16 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 
 void AtomicFileWriter::commit() {
     require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    // Each call's errno is read right after it: a message argument of require() may be
+    // evaluated before its condition, and would then report a stale errno ("Success").
     // Delayed write errors (NFS, disk full on flush) surface at fsync or close: check both.
-    require(::fsync(fd_) == 0, "cannot write " + path_ + ": " + errno_text());
+    if (::fsync(fd_) != 0) throw Error("cannot write " + path_ + ": " + errno_text());
     const int rc = ::close(fd_);
+    const std::string close_error = rc == 0 ? "" : errno_text();
     fd_ = -1;
-    require(rc == 0, "cannot write " + path_ + ": " + errno_text());
-    require(::rename(temp_path_.c_str(), path_.c_str()) == 0,
-            "cannot write " + path_ + ": renaming " + temp_path_ + " failed: " + errno_text());
+    if (rc != 0) throw Error("cannot write " + path_ + ": " + close_error);
+    if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+        throw Error("cannot write " + path_ + ": renaming " + temp_path_ + " failed: " + errno_text());
     renamed_ = true;
     fsync_directory(path_);
 }
@@ -81,7 +84,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 std::string read_file(const std::string& path, std::string_view what) {
     const std::string label = std::string(what) + " " + path;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    require(fd >= 0, "cannot open " + label + ": " + errno_text());
+    if (fd < 0) throw Error("cannot open " + label + ": " + errno_text());
     struct stat info {};
     std::string bytes;
     if (::fstat(fd, &info) == 0 && info.st_size > 0) bytes.resize(static_cast<size_t>(info.st_size));
