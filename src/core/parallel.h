@@ -4,6 +4,7 @@
 namespace dqt {
 
 // Sets the number of compute threads (0 = OMP_NUM_THREADS if set, else one per available core).
+// dqt::Error for a negative count or one above the CPUs this process may use.
 void set_num_threads(int threads);
 int num_threads();
 
