@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -376,6 +377,26 @@ TEST_F(IoAtomicFile, CommitReplacesTheTargetAndLeavesNoTemporary) {
     EXPECT_EQ(read_file(path), "new contents");
     EXPECT_EQ(listing(), std::vector<std::string>{"out.txt"});
     EXPECT_ERROR_CONTAINS(writer.write("x", 1), "already committed");
+}
+
+// A writer killed mid-write leaves "<path>.tmp.<pid>"; the next write of the path removes it,
+// but not the temporary file of a writer that is still alive, nor other files.
+TEST_F(IoAtomicFile, TheNextWriteRemovesTheLeftoversOfDeadWriters) {
+    const std::string path = file("checkpoint.dqt");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) ::_exit(0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);  // child's pid is now a process that is gone
+    const std::string dead = path + ".tmp." + std::to_string(child);
+    const std::string alive = path + ".tmp." + std::to_string(::getppid());
+    const std::string other = file("checkpoint.dqt.tmp.notes");
+    for (const std::string& leftover : {dead, alive, other}) std::ofstream(leftover) << "partial";
+    write_file_atomic(path, "new");
+    EXPECT_EQ(read_file(path), "new");
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(alive));
+    EXPECT_TRUE(fs::exists(other));
 }
 
 TEST_F(IoAtomicFile, ReadFileErrorsNameThePath) {

@@ -1,12 +1,14 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "core/error.h"
 
@@ -30,10 +32,30 @@ void fsync_directory(const std::string& path) {
             "cannot sync directory " + dir + " after writing " + path + ": " + std::strerror(saved));
 }
 
+// Removes "<path>.tmp.<pid>" files of processes that no longer exist: what a writer killed
+// mid-write (kill -9, power loss) left behind, often a whole checkpoint's size. Files of live
+// processes are another writer's work in progress and stay.
+void remove_dead_writers_leftovers(const std::string& path) {
+    const std::filesystem::path target(path);
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    const std::string prefix = target.filename().string() + ".tmp.";
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+        const std::string name = entry.path().filename().string();
+        if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string digits = name.substr(prefix.size());
+        if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        const pid_t pid = static_cast<pid_t>(std::stol(digits));
+        if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+        std::filesystem::remove(entry.path(), error);  // best effort: a failure leaves it as it was
+    }
+}
+
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path)
     : path_(path), temp_path_(path + ".tmp." + std::to_string(::getpid())) {
+    remove_dead_writers_leftovers(path);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) {
         const bool no_dir = errno == ENOENT;

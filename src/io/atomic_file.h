@@ -8,7 +8,9 @@
 
 namespace dqt {
 
-// Owns the temporary file: destroying the writer without commit() removes it.
+// Owns the temporary file: destroying the writer without commit() removes it. Creating one
+// first removes the temporary files of earlier writers of the same path whose process is gone
+// (a kill -9 during a write leaves one behind).
 class AtomicFileWriter {
 public:
     // Throws dqt::Error naming path when the temporary file cannot be created
