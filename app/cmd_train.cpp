@@ -25,6 +25,7 @@ struct TrainArgs {
     bool resume = false;
     int stop_after = 0;
     int code_stats_every = 0;
+    bool overwrite = false;
     bool no_sample = false;
     bool quiet = false;
     std::string sample_prompt = "The state of the Union";
@@ -75,6 +76,7 @@ void run(CLI::App& command, TrainArgs& args) {
     control.resume = args.resume;
     control.stop_after_step = args.stop_after;
     control.code_stats_every = args.code_stats_every;
+    control.overwrite = args.overwrite;
     control.interactive = isatty(STDERR_FILENO) == 1;
     control.quiet = args.quiet;
     const TrainReport report = run_training(args.options, control);
@@ -125,6 +127,8 @@ void add_train_command(CLI::App& app) {
     command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
     add_threads_flag(*command, args->threads);
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
+    command->add_flag("--overwrite", args->overwrite, "start a new run in an --out that holds one (its checkpoint is replaced)")
+        ->excludes("--resume");
     command->add_option("--stop-after", args->stop_after, "checkpoint and stop after this step (resume later)");
     command->add_option("--code-stats-every", args->code_stats_every,
                         "every N steps, log how the quantized weights' codes move (metrics.jsonl, type \"codes\"; "

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/folder_lock.h"
 #include "test_helpers.h"
 
 using namespace dqt::testing;
@@ -131,6 +132,29 @@ TEST(Cli, ResumeRejectsChangedSettings) {
     expect_one_line_error(run_dqt("train --out " + out + " --resume --lr 0.5 --quiet"), "--lr cannot be combined");
     const CommandResult resumed = run_dqt("train --out " + out + " --resume --quiet --no-sample");
     EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+// A run folder that holds a checkpoint is not started over by accident (a 30-step checkpoint was
+// silently replaced by a 4-step one), and two processes never write one folder at once.
+TEST(Cli, NothingReplacesARunUnlessAskedAndOneProcessWritesAFolder) {
+    TempDir root("cli-overwrite");
+    const std::string out = root / "run";
+    ASSERT_EQ(run_dqt(tiny_train_args(out) + " --steps 3 --no-sample").exit_code, 0);
+    const std::string checkpoint = read_bytes(out + "/checkpoint.dqt");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --steps 2 --no-sample"),
+                          "already holds a run (" + out + "/checkpoint.dqt): continue it with --resume");
+    EXPECT_EQ(read_bytes(out + "/checkpoint.dqt"), checkpoint);
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --overwrite --resume"), "excludes --overwrite");
+    const CommandResult over = run_dqt(tiny_train_args(out) + " --steps 2 --no-sample --overwrite");
+    EXPECT_EQ(over.exit_code, 0) << over.output;
+    EXPECT_NE(read_bytes(out + "/checkpoint.dqt"), checkpoint);
+
+    const std::string busy = root / "busy";
+    std::filesystem::create_directories(busy);
+    const dqt::FolderLock held(busy);  // as a running `dqt train` holds it
+    expect_one_line_error(run_dqt(tiny_train_args(busy) + " --steps 2 --no-sample"),
+                          "another dqt process is writing " + busy);
+    EXPECT_FALSE(std::filesystem::exists(busy + "/config.json"));
 }
 
 TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {

@@ -271,9 +271,10 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
     for (const std::string method : {"--method fp", "--method bitnet", "--method dqt",
                                      "--method dqt --bits 8 --optim-state 8 --tie-embeddings "
                                      "--quantize-embedding --quantize-head"}) {
-        const CommandResult one = run_in(root / "one", std::string(DQT_BINARY) + tiny_run_args(method));
+        // One folder per rank count, reused by each method: --overwrite starts over in it.
+        const CommandResult one = run_in(root / "one", std::string(DQT_BINARY) + tiny_run_args(method + " --overwrite"));
         ASSERT_EQ(one.exit_code, 0) << one.output;
-        const CommandResult two = run_in(root / "two", mpirun(2) + tiny_run_args(method));
+        const CommandResult two = run_in(root / "two", mpirun(2) + tiny_run_args(method + " --overwrite"));
         ASSERT_EQ(two.exit_code, 0) << two.output;
         // Weights, optimizer state, step and options: the whole checkpoint, byte for byte.
         const std::string a = read_file(root / "one/run/checkpoint.dqt");

@@ -22,6 +22,7 @@
 #include "model/llama.h"
 #include "optim/schedule.h"
 #include "train/memory_report.h"
+#include "io/folder_lock.h"
 #include "train/code_dynamics.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
@@ -101,11 +102,24 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
                 " ranks: each rank runs whole micro-batches of --batch sequences, so --grad-accum must be a "
                 "multiple of the rank count (the global batch is --batch x --grad-accum sequences)" +
                 (control.resume ? std::string(": resume this run on a rank count that divides it") : ""));
+    // Rank 0 claims the run folder; every rank stops if it cannot (no rank may wait on it).
+    std::optional<FolderLock> folder_lock;
+    std::string refusal;
     if (writer) {
-        std::error_code ignored;
-        std::filesystem::create_directories(options.out_dir, ignored);
-        require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+        try {
+            std::error_code ignored;
+            std::filesystem::create_directories(options.out_dir, ignored);
+            require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+            folder_lock.emplace(options.out_dir);
+            if (!control.resume && !control.overwrite && std::filesystem::exists(checkpoint_path))
+                refusal = options.out_dir + " already holds a run (" + checkpoint_path +
+                          "): continue it with --resume, start it over with --overwrite, or choose another --out";
+        } catch (const Error& error) {
+            refusal = error.what();
+        }
     }
+    if (comm.any(!refusal.empty()))
+        throw Error(writer ? refusal : "rank 0 could not claim the run folder " + options.out_dir);
 
     ModelParameters model(options.model, options.method);
     const ShardPlan plan = make_shard_plan(model.layout, options.method.grid, ranks);

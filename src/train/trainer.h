@@ -13,6 +13,7 @@ struct RunControl {
     bool interactive = false;   // live status line (a terminal) instead of plain lines
     bool quiet = false;         // no progress output at all (tests)
     int code_stats_every = 0;   // > 0: log how the quantized weights' codes move (train/code_dynamics.h)
+    bool overwrite = false;     // start over in a folder that holds a checkpoint (else refused)
 };
 
 struct TrainReport {
