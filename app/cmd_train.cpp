@@ -26,6 +26,7 @@ struct TrainArgs {
     int stop_after = 0;
     int code_stats_every = 0;
     bool overwrite = false;
+    std::string on_nonfinite = "stop";
     bool no_sample = false;
     bool quiet = false;
     std::string sample_prompt = "The state of the Union";
@@ -52,7 +53,7 @@ void run(CLI::App& command, TrainArgs& args) {
             const std::string name = option->get_name();
             const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
                                  name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
-                                 name == "--code-stats-every" ||
+                                 name == "--code-stats-every" || name == "--on-nonfinite" ||
                                  name == "--prompt" || name == "--help";
             require(allowed || option->count() == 0,
                     name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
@@ -77,6 +78,9 @@ void run(CLI::App& command, TrainArgs& args) {
     control.stop_after_step = args.stop_after;
     control.code_stats_every = args.code_stats_every;
     control.overwrite = args.overwrite;
+    require(args.on_nonfinite == "stop" || args.on_nonfinite == "skip",
+            "unknown --on-nonfinite '" + args.on_nonfinite + "': use stop or skip");
+    control.on_nonfinite = args.on_nonfinite == "skip" ? RunControl::NonFinite::skip : RunControl::NonFinite::stop;
     control.interactive = isatty(STDERR_FILENO) == 1;
     control.quiet = args.quiet;
     const TrainReport report = run_training(args.options, control);
@@ -134,6 +138,9 @@ void add_train_command(CLI::App& app) {
                         "every N steps, log how the quantized weights' codes move (metrics.jsonl, type \"codes\"; "
                         "holds two int8 copies of them)")
         ->check(CLI::PositiveNumber);
+    command->add_option("--on-nonfinite", args->on_nonfinite,
+                        "a step with a non-finite loss or gradient: stop (keep the last checkpoint) or skip it")
+        ->capture_default_str();
     command->add_flag("--no-sample", args->no_sample, "do not print a generated sample at the end");
     command->add_option("--prompt", args->sample_prompt, "prompt of the sample printed at the end")->capture_default_str();
     command->add_flag("--quiet", args->quiet, "no progress output");

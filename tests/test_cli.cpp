@@ -157,6 +157,25 @@ TEST(Cli, NothingReplacesARunUnlessAskedAndOneProcessWritesAFolder) {
     EXPECT_FALSE(std::filesystem::exists(busy + "/config.json"));
 }
 
+// A run whose loss turns non-finite (lr 1e30 without clipping: step 1 blows the weights up,
+// step 2's loss is NaN) stops with an error and keeps the checkpoint of step 1, where before it
+// exited 0 and saved NaN weights over it; with --on-nonfinite skip it goes on without updates.
+TEST(Cli, ADivergedRunStopsAndKeepsItsLastGoodCheckpoint) {
+    TempDir root("cli-diverge");
+    const std::string out = root / "run";
+    const std::string args = tiny_train_args(out) + " --steps 4 --lr 1e30 --grad-clip 0 --no-sample";
+    const CommandResult diverged = run_dqt(args + " --checkpoint-every 1");
+    expect_one_line_error(diverged, "step 2: the loss or the gradient norm is not finite");
+    expect_one_line_error(diverged, "the run diverged; " + out + "/checkpoint.dqt is kept as it was");
+    const CommandResult evaluated = run_dqt("eval " + out + "/checkpoint.dqt --eval-tokens 1024");
+    EXPECT_NE(evaluated.output.find("(step 1,"), std::string::npos) << evaluated.output;
+    const CommandResult skipped = run_dqt(args + " --overwrite --on-nonfinite skip");
+    EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+    const std::string metrics = read_bytes(out + "/metrics.jsonl");
+    EXPECT_NE(metrics.find("\"step\":4,\"type\":\"skipped\""), std::string::npos) << metrics;
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --on-nonfinite ignore"), "unknown --on-nonfinite 'ignore'");
+}
+
 TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     TempDir root("cli-method");
     const std::string out = root / "run";

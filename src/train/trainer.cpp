@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -139,6 +140,10 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed,
                                options.grad_accum, comm, plan);
     training_step.previous_grad_norm = position.previous_grad_norm;
+    training_step.skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
+    require(!training_step.skip_nonfinite || !options.fused_update,
+            "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
+            "pass, before the loss is known");
 
     const int B = options.batch, T = options.model.seq_len;
     Activations acts(options.model, B, T);
@@ -210,6 +215,21 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
             });
         const double loss = result.loss_sum / static_cast<double>(options.tokens_per_step());
         ++step;
+        if (!result.skipped && !(std::isfinite(loss) && std::isfinite(result.grad_norm))) {
+            // This step's weights are not saved: the last checkpoint stays the last good state.
+            if (metrics) metrics->append({{"type", "diverged"}, {"step", step}, {"loss", loss}, {"grad_norm", result.grad_norm}});
+            const std::string last = std::filesystem::exists(checkpoint_path)
+                                         ? checkpoint_path + " is kept as it was"
+                                         : "no checkpoint was written";
+            throw Error("step " + std::to_string(step) + ": the loss or the gradient norm is not finite (loss " +
+                        std::to_string(loss) + ", gradient norm " + std::to_string(result.grad_norm) +
+                        "): the run diverged; " + last + ": lower --lr, or pass --on-nonfinite skip to skip such steps");
+        }
+        if (result.skipped) {
+            ++report.skipped_steps;
+            if (metrics) metrics->append({{"type", "skipped"}, {"step", step}, {"loss", loss}, {"grad_norm", result.grad_norm}});
+            say("step " + std::to_string(step) + ": non-finite loss or gradient, step skipped (no update)");
+        }
         tokens_this_session += options.tokens_per_step();
 
         const double elapsed = seconds_since(start);

@@ -14,6 +14,9 @@ struct RunControl {
     bool quiet = false;         // no progress output at all (tests)
     int code_stats_every = 0;   // > 0: log how the quantized weights' codes move (train/code_dynamics.h)
     bool overwrite = false;     // start over in a folder that holds a checkpoint (else refused)
+    // A step with a non-finite loss or gradient norm: stop the run without saving its weights
+    // (the last checkpoint stays), or skip it (no update) and go on.
+    enum class NonFinite { stop, skip } on_nonfinite = NonFinite::stop;
 };
 
 struct TrainReport {
@@ -22,6 +25,7 @@ struct TrainReport {
     double val_loss = 0.0;         // nats/token at the end
     double val_bits_per_byte = 0.0;
     double tokens_per_second = 0.0;
+    int skipped_steps = 0;         // with --on-nonfinite skip: steps not applied
     std::string checkpoint_path;
 };
 

@@ -1,5 +1,7 @@
 #include "train/training_step.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace dqt {
@@ -72,6 +74,10 @@ TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float gr
     float* gradient = exchange_->reduce();
     result.exchange_wait_seconds = exchange_->last_wait_seconds();
     result.grad_norm = exchange_->global_norm();
+    if (skip_nonfinite && !(std::isfinite(result.loss_sum) && std::isfinite(result.grad_norm))) {
+        result.skipped = true;
+        return result;
+    }
     const float factor = clip_factor(result.grad_norm, grad_clip_);
     if (factor != 1.0f) exchange_->scale(factor);
     const int rank = comm_.rank();

@@ -36,7 +36,12 @@ public:
         int64_t weight_bytes = 0;     // sent by this rank in the all-gather of new weights
         int64_t other_bytes = 0;      // losses and norm partial sums
         double exchange_wait_seconds = 0.0;  // waiting for gradients after the backward pass
+        bool skipped = false;         // not applied: its loss or gradient norm was not finite
     };
+    // With skip_nonfinite, an unfused step whose loss or gradient norm is not finite changes no
+    // weight and no optimizer state (every rank sees the same sums, so all skip together).
+    // Fused steps update inside the backward pass and cannot be skipped.
+    bool skip_nonfinite = false;
     // fill(micro) puts micro-batch `micro` (0 .. M-1, global) into acts. grad_scale is
     // 1 / tokens of the whole step; t is the 1-based step.
     Result run(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int micro)>& fill);
