@@ -79,6 +79,15 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");
+    // Numbers are read exactly: 2.9 became 2 and 2^32 + 64 became 64 before. (Keys the flags
+    // above do not set: a flag given on the command line wins over the file.)
+    write_bytes(root / "fraction.json", "{\"n_kv_heads\": 2.9}");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "fraction.json")),
+                          "n_kv_heads must be a whole number, got 2.9");
+    write_bytes(root / "wide.json", "{\"vocab_size\": 4294967360}");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "wide.json")),
+                          "vocab_size = 4294967360 is out of range");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --dim 4294967360"), "--dim");
 }
 
 TEST(Cli, MissingInputsNameThePath) {

@@ -1,6 +1,9 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <set>
 
@@ -58,6 +61,24 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                        {"norm_eps", c.norm_eps}, {"init_std", c.init_std},   {"tie_embeddings", c.tie_embeddings}};
 }
 
+namespace {
+
+// An int field read exactly: nlohmann's get<int>() would turn 64.9 into 64 and 4294967360 into
+// 64 without a word.
+int exact_int(const nlohmann::json& j, const char* key) {
+    const nlohmann::json& value = j.at(key);
+    require(value.is_number_integer(), std::string("model config: ") + key + " must be a whole number, got " +
+                                           value.dump());
+    const int64_t wide = value.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
+                                                          value.get<uint64_t>(), uint64_t{INT64_MAX}))
+                                                    : value.get<int64_t>();
+    require(wide >= INT32_MIN && wide <= INT32_MAX,
+            std::string("model config: ") + key + " = " + value.dump() + " is out of range");
+    return static_cast<int>(wide);
+}
+
+}  // namespace
+
 void from_json(const nlohmann::json& j, ModelConfig& c) {
     static const std::set<std::string> known = {"dim",     "n_layers",   "n_heads",    "n_kv_heads",
                                                 "ffn_dim", "vocab_size", "seq_len",    "subln",
@@ -67,13 +88,13 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
         require(known.count(key) == 1, "model config: unknown key '" + key + "'");
     }
     try {
-        if (j.contains("dim")) c.dim = j.at("dim").get<int>();
-        if (j.contains("n_layers")) c.n_layers = j.at("n_layers").get<int>();
-        if (j.contains("n_heads")) c.n_heads = j.at("n_heads").get<int>();
-        c.n_kv_heads = j.contains("n_kv_heads") ? j.at("n_kv_heads").get<int>() : c.n_heads;
-        if (j.contains("ffn_dim")) c.ffn_dim = j.at("ffn_dim").get<int>();
-        if (j.contains("vocab_size")) c.vocab_size = j.at("vocab_size").get<int>();
-        if (j.contains("seq_len")) c.seq_len = j.at("seq_len").get<int>();
+        if (j.contains("dim")) c.dim = exact_int(j, "dim");
+        if (j.contains("n_layers")) c.n_layers = exact_int(j, "n_layers");
+        if (j.contains("n_heads")) c.n_heads = exact_int(j, "n_heads");
+        c.n_kv_heads = j.contains("n_kv_heads") ? exact_int(j, "n_kv_heads") : c.n_heads;
+        if (j.contains("ffn_dim")) c.ffn_dim = exact_int(j, "ffn_dim");
+        if (j.contains("vocab_size")) c.vocab_size = exact_int(j, "vocab_size");
+        if (j.contains("seq_len")) c.seq_len = exact_int(j, "seq_len");
         if (j.contains("subln")) c.subln = j.at("subln").get<bool>();
         if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<float>();
         if (j.contains("norm_eps")) c.norm_eps = j.at("norm_eps").get<float>();
