@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 
@@ -21,8 +22,8 @@ using GemmFn = void (*)(bool, bool, int, int, int, float, const float*, int, con
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kSentinel = 12345.0f;  // in C's padding, which gemm must leave alone
 
-// Fresh inputs on every run: the seed comes from std::random_device and goes into SCOPED_TRACE.
-unsigned fresh_seed() { return std::random_device{}(); }
+// The inputs of a fixed seed (DQT_TEST_SEED picks another); it goes into SCOPED_TRACE.
+unsigned fresh_seed() { return dqt::testing::test_seed(); }
 
 std::vector<float> random_floats(size_t count, std::mt19937& rng) {
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);

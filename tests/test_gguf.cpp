@@ -169,7 +169,7 @@ TEST(Gguf, Fp16ConversionRoundsToNearestEven) {
 }
 
 TEST(Gguf, BlockFormatsRoundTripCodes) {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     const int rows = 5, cols = 512;
     auto ternary = random_codes(rng, static_cast<size_t>(rows) * cols, -1, 1);
     std::fill(ternary.begin() + 256, ternary.begin() + 512, 0);  // an all-zero block
@@ -266,7 +266,7 @@ TEST(GgufModel, ExportThenImportIsBitExact) {
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         ModelParameters model(c.config, c.method);
-        model.initialize(std::random_device{}());
+        model.initialize(dqt::testing::test_seed());
         const std::string path = dir / "model.gguf";
         GgufExportOptions options;
         options.ternary = c.ternary;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "data/dataset.h"
@@ -86,6 +87,13 @@ TrainOptions tiny_train_options(const std::string& out_dir) {
     o.checkpoint_every = 0;
     return o;
 }
+
+uint64_t test_seed() {
+    const char* text = std::getenv("DQT_TEST_SEED");
+    return text != nullptr ? std::strtoull(text, nullptr, 10) : 20261123;
+}
+
+std::string seed_trace(uint64_t seed) { return "DQT_TEST_SEED=" + std::to_string(seed); }
 
 void with_threads(int threads, const std::function<void()>& fn) {
     const int saved = omp_get_max_threads();

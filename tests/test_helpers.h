@@ -1,5 +1,6 @@
 #pragma once
 // Shared fixtures: a small generated corpus and a tiny training configuration.
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -31,6 +32,11 @@ const std::string& tiny_dataset_dir();
 
 // Options of a run that trains in about a second.
 TrainOptions tiny_train_options(const std::string& out_dir);
+
+// The seed of a randomised test: DQT_TEST_SEED when set, else a fixed default, so that every
+// run replays; a test puts seed_trace(seed) in its SCOPED_TRACE so a failure names it.
+uint64_t test_seed();
+std::string seed_trace(uint64_t seed);
 
 // Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
 void with_threads(int threads, const std::function<void()>& fn);

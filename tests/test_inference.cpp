@@ -21,14 +21,9 @@
 #include "test_helpers.h"
 
 using namespace dqt;
+using dqt::testing::test_seed;
 
 namespace {
-
-// DQT_TEST_SEED picks other random models; failures print the seed.
-uint64_t test_seed() {
-    const char* text = std::getenv("DQT_TEST_SEED");
-    return text != nullptr ? std::strtoull(text, nullptr, 10) : 20261123;
-}
 
 ModelConfig small_config(bool subln, int kv_heads) {
     ModelConfig c;

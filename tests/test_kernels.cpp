@@ -37,11 +37,11 @@ namespace {
 using Doubles = std::vector<double>;
 using Floats = std::vector<float>;
 
-// Fresh randomness per run; the seed goes into every failure message.
+// Seeded randomness (DQT_TEST_SEED picks another seed); the seed goes into every failure message.
 struct Random {
-    uint32_t seed = std::random_device{}();
+    uint32_t seed = dqt::testing::test_seed();
     std::mt19937 engine{seed};
-    std::string trace() const { return "random seed " + std::to_string(seed); }
+    std::string trace() const { return dqt::testing::seed_trace(seed); }
 
     Doubles normal(size_t n, double stddev = 1.0) {
         std::normal_distribution<double> dist(0.0, stddev);

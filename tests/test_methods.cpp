@@ -19,6 +19,7 @@
 #include "quant/activation_quant.h"
 #include "quant/codes.h"
 #include "quant/ternary.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 
@@ -57,7 +58,7 @@ MethodConfig dqt_method(int bits) {
 // and the moments equal a float64 implementation of SPEC.md's update fed the same uniforms.
 // A code may differ only where x sits within float rounding of its rounding threshold.
 TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const int bits : {1, 4, 8}) {
@@ -176,7 +177,7 @@ TEST(DqtUpdate, ScaleIsKeptWhileTheTopCodeIsUsed) {
 // cW = Q(W0) - W0 are frozen at the base point (the surrogate equals the quantized forward
 // there and its derivative is the straight-through gradient). Float64 differences.
 TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     MethodConfig method;
     method.method = Method::bitnet;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "optim/schedule.h"
 #include "quant/dynamic8.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 
@@ -56,7 +57,7 @@ void quantize_dequantize_reference(double* x, size_t count, const DynamicMap& ma
 TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
     for (const StateDtype dtype : {StateDtype::fp32, StateDtype::bf16}) {
         ModelParameters model(tiny_config());
-        const uint64_t seed = std::random_device{}();
+        const uint64_t seed = dqt::testing::test_seed();
         SCOPED_TRACE("seed " + std::to_string(seed) + " state " + state_dtype_bits(dtype));
         model.initialize(seed);
         OptimizerState state(model.layout, dtype);
@@ -101,7 +102,7 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
 // update before they are stored), and the stored codes are the block-wise quantization of m
 // and of sqrt(v).
 TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const size_t count = 3 * kStateBlock + 77;  // ragged last block
     TensorMoments moments(0, count, StateDtype::q8);
@@ -151,7 +152,7 @@ TEST(Optim, EightBitStateStepMatchesFloat64ReferenceWithQuantizedMoments) {
 // movement differs by a few percent at most (relative L2), the price of 8-bit moments. The
 // gradients of a block span two decades, so small entries of v are exercised.
 TEST(Optim, EightBitStateTracksFloat64AdamW) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const size_t count = 8 * kStateBlock;
     TensorMoments moments(0, count, StateDtype::q8);

@@ -13,6 +13,7 @@
 #include "quant/dynamic8.h"
 #include "quant/rounding.h"
 #include "quant/ternary.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 
@@ -41,7 +42,7 @@ TEST(QuantCodes, GridsAndParsing) {
 // Random codes written one by one read back unchanged, in every format and at ragged
 // lengths; the fast dequantizer equals the one-code-at-a-time reference bit for bit.
 TEST(QuantCodes, PackedCodesRoundTripAndDequantizeMatchesReference) {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     for (const CodeGrid& grid : every_grid()) {
         for (size_t count : {1u, 3u, 4u, 5u, 257u, 1000u}) {
             std::uniform_int_distribution<int> pick(grid.qn(), grid.qp());
@@ -82,7 +83,7 @@ TEST(QuantCodes, QuantizeNearestSnapsAndClips) {
 // E[stochastic_round(x, u)] = x: the mean of many roundings of one x lies within five
 // standard errors (the rounding's std is at most 1/2) of x.
 TEST(QuantRounding, StochasticRoundingIsUnbiased) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     const int draws = 40000;
     for (float x : {0.1f, -0.37f, 0.5f, 0.999f, -0.002f, 2.25f}) {
@@ -110,7 +111,7 @@ TEST(QuantRounding, UniformsDependOnEveryKeyPart) {
 
 // Per token: scale 127 / absmax, every value a multiple of 1/scale, error at most half a step.
 TEST(QuantActivation, AbsmaxRowsMatchTheFormula) {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     std::normal_distribution<float> normal(0.0f, 3.0f);
     const int rows = 5, cols = 77;
     std::vector<float> x(rows * cols);
@@ -132,7 +133,7 @@ TEST(QuantActivation, AbsmaxRowsMatchTheFormula) {
 }
 
 TEST(QuantTernary, AbsmeanTernarizeMatchesTheFormula) {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     std::normal_distribution<float> normal(0.0f, 0.02f);
     std::vector<float> w(1000), out(1000);
     for (float& value : w) value = normal(rng);
@@ -157,7 +158,7 @@ TEST(QuantBf16, RoundsToNearestEven) {
     EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
     EXPECT_EQ(round_to_bf16(-2.5f), -2.5f);
     EXPECT_TRUE(std::isnan(round_to_bf16(std::nanf(""))));
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     std::uniform_real_distribution<float> any(-100.0f, 100.0f);
     for (int i = 0; i < 1000; ++i) {
         const float x = any(rng);
@@ -185,7 +186,7 @@ TEST(QuantDynamic8, MapsAreSortedAndSpanTheUnitInterval) {
 // error is at most half the largest gap between neighbouring entries: 0.0071 x absmax for the
 // signed map, 0.0036 x absmax for the unsigned one.
 TEST(QuantDynamic8, BlockQuantizationPicksTheNearestEntryWithinTheStatedBound) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/ternary_matmul.h"
 #include "quant/codes.h"
+#include "test_helpers.h"
 
 namespace dqt {
 namespace {
@@ -72,7 +73,7 @@ TEST(TernaryMatmul, QuantizedRowsRecoverAnAlreadyQuantizedRowExactly) {
 }
 
 TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(dqt::testing::test_seed());
     std::uniform_int_distribution<int> dim(1, 700), batch(1, 11);
     int paths_run = 0;
     for (int trial = 0; trial < 12; ++trial) {
