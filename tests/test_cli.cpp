@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -33,11 +32,6 @@ void expect_one_line_error(const CommandResult& result, const std::string& needl
 std::string tiny_train_args(const std::string& out_dir) {
     return "train --data " + tiny_dataset_dir() + " --out " + out_dir +
            " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --eval-tokens 1024 --quiet";
-}
-
-std::string read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

@@ -19,8 +19,10 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "core/checksum.h"
+#include "test_helpers.h"
 
 using namespace dqt;
+using dqt::testing::read_bytes;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,11 +44,6 @@ struct TempDir {
 void write_text(const std::string& path, const std::string& text) {
     fs::create_directories(fs::path(path).parent_path());
     std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // Expects fn to throw dqt::Error whose message contains every one of parts.
@@ -308,7 +305,7 @@ TEST_F(TokenizerBpe, FileErrors) {
     TempDir dir;
     const std::string path = dir.file("tokenizer.bin");
     save_tokenizer_file(path, *tokenizer_);
-    std::string bytes = read_text(path);
+    std::string bytes = read_bytes(path);
     bytes[bytes.size() / 2] ^= 0x10;
     write_text(path, bytes);
     expect_error([&] { load_tokenizer_file(path); }, {path, "checksum mismatch"});
@@ -367,7 +364,7 @@ TEST(Shard, DetectsCorruptionTruncationAndWrongFiles) {
     TempDir dir;
     const std::string path = dir.file("train.bin");
     write_shard(path, iota_tokens(5000, 1000), 1000, 9000);
-    const std::string good = read_text(path);
+    const std::string good = read_bytes(path);
 
     std::string corrupt = good;
     corrupt[64 + 777] ^= 0x01;
@@ -401,7 +398,7 @@ TEST(Shard, RefusesTokenIdsOutsideItsVocabulary) {
     TempDir dir;
     const std::string path = dir.file("train.bin");
     write_shard(path, iota_tokens(5000, 300), 300, 9000);
-    std::string patched = read_text(path);
+    std::string patched = read_bytes(path);
     const uint32_t smaller_vocab = 256;  // still 2 bytes per token: the header stays consistent
     std::memcpy(&patched[16], &smaller_vocab, sizeof smaller_vocab);
     const uint32_t header_crc = crc32_update(0, patched.data(), 60);
@@ -528,7 +525,7 @@ TEST(DataDataset, PreparesAndOpensAByteDataset) {
         EXPECT_TRUE(fs::exists(out + "/" + file));
     }
     EXPECT_FALSE(has_temp_files(out));
-    EXPECT_NE(read_text(out + "/meta.json").find("\"tokens\": " + std::to_string(info.train.tokens)),
+    EXPECT_NE(read_bytes(out + "/meta.json").find("\"tokens\": " + std::to_string(info.train.tokens)),
               std::string::npos);
 
     const Dataset dataset = open_dataset(out);

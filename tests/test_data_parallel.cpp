@@ -29,6 +29,7 @@ namespace {
 
 using testing::CommandResult;
 using testing::run_command;
+using testing::read_bytes;
 using testing::TempDir;
 
 using Vector = std::vector<float>;
@@ -249,16 +250,9 @@ CommandResult run_in(const std::string& folder, const std::string& command) {
     return run_command("cd " + folder + " && " + command);
 }
 
-std::string read_file(const std::string& path) {
-    std::ifstream file(path, std::ios::binary);
-    std::stringstream content;
-    content << file.rdbuf();
-    return content.str();
-}
-
 // The evaluation lines of a metrics log (the others carry timings).
 std::string eval_lines(const std::string& metrics_path) {
-    std::istringstream log(read_file(metrics_path));
+    std::istringstream log(read_bytes(metrics_path));
     std::string line, evals;
     while (std::getline(log, line)) {
         if (line.find("\"type\":\"eval\"") != std::string::npos) evals += line + "\n";
@@ -277,8 +271,8 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
         const CommandResult two = run_in(root / "two", mpirun(2) + tiny_run_args(method + " --overwrite"));
         ASSERT_EQ(two.exit_code, 0) << two.output;
         // Weights, optimizer state, step and options: the whole checkpoint, byte for byte.
-        const std::string a = read_file(root / "one/run/checkpoint.dqt");
-        const std::string b = read_file(root / "two/run/checkpoint.dqt");
+        const std::string a = read_bytes(root / "one/run/checkpoint.dqt");
+        const std::string b = read_bytes(root / "two/run/checkpoint.dqt");
         ASSERT_GT(a.size(), 10000u);
         EXPECT_TRUE(a == b) << method;
         // Validation (split over the ranks) and its sum: the same bits too.
@@ -286,10 +280,10 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
         EXPECT_EQ(std::count(evals.begin(), evals.end(), '\n'), 2) << evals;
         EXPECT_EQ(evals, eval_lines(root / "two/run/metrics.jsonl")) << method;
         // The two-rank run did communicate, and says how much.
-        const std::string metrics = read_file(root / "two/run/metrics.jsonl");
+        const std::string metrics = read_bytes(root / "two/run/metrics.jsonl");
         EXPECT_NE(metrics.find("\"ranks\":2"), std::string::npos);
         EXPECT_EQ(metrics.find("\"gradient_bytes_sent\":0,"), std::string::npos) << metrics;
-        EXPECT_EQ(read_file(root / "one/run/metrics.jsonl").find("\"ranks\":2"), std::string::npos);
+        EXPECT_EQ(read_bytes(root / "one/run/metrics.jsonl").find("\"ranks\":2"), std::string::npos);
     }
 }
 
@@ -302,7 +296,7 @@ TEST(DataParallelRun, ACheckpointOfTwoRanksResumesOnOne) {
     const CommandResult rest =
         run_in(root / "split", std::string(DQT_BINARY) + " train --out run --resume --threads 1 --no-sample --quiet");
     ASSERT_EQ(rest.exit_code, 0) << rest.output;
-    EXPECT_TRUE(read_file(root / "whole/run/checkpoint.dqt") == read_file(root / "split/run/checkpoint.dqt"));
+    EXPECT_TRUE(read_bytes(root / "whole/run/checkpoint.dqt") == read_bytes(root / "split/run/checkpoint.dqt"));
 }
 
 TEST(DataParallelRun, RankCountMustDivideTheMicroBatches) {
@@ -327,12 +321,12 @@ pid_t find_rank_process(pid_t mpirun_pid, int rank) {
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
         const std::string name = entry.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::istringstream stat(read_file(entry.path().string() + "/stat"));
+        std::istringstream stat(read_bytes(entry.path().string() + "/stat"));
         std::string pid, command, state;
         pid_t parent = 0;
         stat >> pid >> command >> state >> parent;
         if (parent != mpirun_pid) continue;
-        const std::string environment = read_file(entry.path().string() + "/environ");
+        const std::string environment = read_bytes(entry.path().string() + "/environ");
         if (environment.find(wanted + '\0') != std::string::npos) return std::stoi(name);
     }
     return 0;
@@ -366,15 +360,15 @@ TEST(DataParallelRun, InterruptedRanksStopTogetherWithACheckpoint) {
         for (int r = 0; r < 2; ++r) {
             if (ranks[r] == 0) ranks[r] = find_rank_process(child, r);
         }
-        if (ranks[0] && ranks[1] && read_file(root / "run/metrics.jsonl").find("\"step\":20,") != std::string::npos) {
+        if (ranks[0] && ranks[1] && read_bytes(root / "run/metrics.jsonl").find("\"step\":20,") != std::string::npos) {
             break;
         }
     }
-    ASSERT_TRUE(ranks[0] && ranks[1]) << read_file(log);
+    ASSERT_TRUE(ranks[0] && ranks[1]) << read_bytes(log);
     for (pid_t rank : ranks) ASSERT_EQ(kill(rank, SIGINT), 0);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(log);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_bytes(log);
     const CommandResult eval =
         run_command(std::string(DQT_BINARY) + " eval " + (root / "run/checkpoint.dqt") + " --eval-tokens 1024");
     EXPECT_EQ(eval.exit_code, 0) << eval.output;
@@ -393,13 +387,13 @@ TEST(DataParallelRun, AKilledRankStopsTheJobAndLeavesTheLastCheckpointIntact) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (rank1 == 0) rank1 = find_rank_process(child, 1);
     }
-    ASSERT_NE(rank1, 0) << read_file(log);
-    ASSERT_TRUE(std::filesystem::exists(checkpoint)) << read_file(log);
+    ASSERT_NE(rank1, 0) << read_bytes(log);
+    ASSERT_TRUE(std::filesystem::exists(checkpoint)) << read_bytes(log);
     ASSERT_EQ(kill(rank1, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
     EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    const std::string output = read_file(log);
+    const std::string output = read_bytes(log);
     EXPECT_NE(output.find("rank 1"), std::string::npos) << output;
     EXPECT_NE(output.find("signal 9"), std::string::npos) << output;
     // The checkpoint on disk is a whole one: it evaluates.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "data/dataset.h"
 
@@ -86,6 +87,11 @@ TrainOptions tiny_train_options(const std::string& out_dir) {
     o.log_every = 5;
     o.checkpoint_every = 0;
     return o;
+}
+
+std::string read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 uint64_t test_seed() {

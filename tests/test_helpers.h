@@ -38,6 +38,9 @@ TrainOptions tiny_train_options(const std::string& out_dir);
 uint64_t test_seed();
 std::string seed_trace(uint64_t seed);
 
+// The whole file at path as bytes ("" when it cannot be read).
+std::string read_bytes(const std::string& path);
+
 // Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
 void with_threads(int threads, const std::function<void()>& fn);
 

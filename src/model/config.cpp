@@ -1,6 +1,5 @@
 #include "model/config.h"
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -69,12 +68,10 @@ int exact_int(const nlohmann::json& j, const char* key) {
     const nlohmann::json& value = j.at(key);
     require(value.is_number_integer(), std::string("model config: ") + key + " must be a whole number, got " +
                                            value.dump());
-    const int64_t wide = value.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
-                                                          value.get<uint64_t>(), uint64_t{INT64_MAX}))
-                                                    : value.get<int64_t>();
-    require(wide >= INT32_MIN && wide <= INT32_MAX,
-            std::string("model config: ") + key + " = " + value.dump() + " is out of range");
-    return static_cast<int>(wide);
+    const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= INT32_MAX
+                                                 : value.get<int64_t>() >= INT32_MIN && value.get<int64_t>() <= INT32_MAX;
+    require(fits, std::string("model config: ") + key + " = " + value.dump() + " is out of range");
+    return value.get<int>();
 }
 
 }  // namespace

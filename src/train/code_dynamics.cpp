@@ -35,11 +35,12 @@ CodeDynamics::CodeDynamics(const ModelParameters& model, int every) : every_(eve
 void CodeDynamics::take(const ModelParameters& model, int step, Snapshot& into) const {
     into.step = step;
     into.codes.resize(linears_.size());
+    into.grid_steps.resize(linears_.size());
     for (size_t i = 0; i < linears_.size(); ++i) {
         const ParamTensor& weight = *linears_[i];
         into.codes[i].resize(weight.count());
-        read_quantized_codes(model, weight, quantized_weight_scale(model, weight), 0, weight.rows,
-                             into.codes[i].data());
+        into.grid_steps[i] = quantized_weight_scale(model, weight);
+        read_quantized_codes(model, weight, into.grid_steps[i], 0, weight.rows, into.codes[i].data());
     }
 }
 
@@ -56,7 +57,7 @@ bool CodeDynamics::after_step(const ModelParameters& model, int step, nlohmann::
         const double since = fraction_changed(last_measured_.codes[i], now.codes[i]);
         const double zero = fraction_zero(now.codes[i]);
         tensors.push_back({{"name", weight.name}, {"changed_in_step", in_step}, {"changed_since", since},
-                           {"zero", zero}, {"grid_step", quantized_weight_scale(model, weight)}});
+                           {"zero", zero}, {"grid_step", now.grid_steps[i]}});
         const double n = static_cast<double>(weight.count());
         moved_in_step += in_step * n;
         moved_since += since * n;
