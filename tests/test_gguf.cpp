@@ -138,6 +138,36 @@ TEST(Gguf, DamagedFilesAreRefusedWithAClearError) {
     EXPECT_THROW(GgufReader(dir / "missing.gguf"), Error);
 }
 
+TEST(Gguf, EveryByteIsCoveredByTheFileChecksum) {
+    TempDir dir("gguf-crc");
+    const std::string good = dir / "good.gguf";
+    small_file().write(good);
+    const std::string bytes = read_all(good);
+    const std::string bad = dir / "bad.gguf";
+    const size_t epsilon_at = bytes.find("layer_norm_rms_epsilon") + 22 + 4;  // key, value type
+    const size_t data_at = bytes.size() - 128 + 5;  // the first tensor: 24 bytes + 8 of padding, then 96
+    for (size_t at : {epsilon_at, data_at, bytes.size() - 1}) {
+        std::string flipped = bytes;
+        flipped[at] = static_cast<char>(flipped[at] ^ 0x10);
+        write_all(bad, flipped);
+        try {
+            GgufReader reader(bad);
+            ADD_FAILURE() << "a flipped byte at " << at << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+        }
+    }
+    // A file without the key (as other tools write) is read unchecked.
+    std::string foreign = bytes;
+    const size_t key_at = foreign.find("dqt.file_crc32");
+    ASSERT_NE(key_at, std::string::npos);
+    foreign[key_at + 4] = 'x';
+    foreign[data_at] = static_cast<char>(foreign[data_at] ^ 0x10);
+    write_all(bad, foreign);
+    const GgufReader reader(bad);
+    EXPECT_NE(reader.read(reader.tensors()[0]), GgufReader(good).read(GgufReader(good).tensors()[0]));
+}
+
 TEST(Gguf, Fp16ConversionRoundsToNearestEven) {
     for (uint32_t h = 0; h < 65536; ++h) {
         const float f = f16_to_float(static_cast<uint16_t>(h));

@@ -352,18 +352,27 @@ ImportedGguf import_gguf(const std::string& path) {
     c.validate();
     method.validate();
     const std::string arch = reader.string("general.architecture");
-    imported.model = std::make_unique<ModelParameters>(c, method);
-    ModelParameters& model = *imported.model;
-
-    const GgufValue* scales = reader.find("dqt.code_scales");
-    require(scales != nullptr && scales->type == GgufValueType::array &&
-                scales->value.size() == model.layout.tensors.size(),
-            "GGUF file " + path + ": dqt.code_scales is missing or does not match the model");
-    for (const ParamTensor& t : model.layout.tensors) {
+    // Every tensor the config describes is in the file with its shape before anything is
+    // allocated: what an import allocates is bounded by the file, whatever dqt.model claims.
+    require(static_cast<size_t>(c.n_layers) <= reader.tensors().size(),
+            "GGUF file " + path + ": dqt.model describes " + std::to_string(c.n_layers) + " layers, but the file holds " +
+                std::to_string(reader.tensors().size()) + " tensors");
+    const ParamLayout layout = make_param_layout(c, method);
+    for (const ParamTensor& t : layout.tensors) {
         const std::string name = t.name + ".weight";
         const GgufReader::TensorInfo* info = reader.find_tensor(name);
         require(info != nullptr, "GGUF file " + path + " lacks the tensor " + name);
         require(info->ne == gguf_shape(t), "GGUF file " + path + ": tensor " + name + " has the wrong shape");
+    }
+    const GgufValue* scales = reader.find("dqt.code_scales");
+    require(scales != nullptr && scales->type == GgufValueType::array && scales->value.size() == layout.tensors.size(),
+            "GGUF file " + path + ": dqt.code_scales is missing or does not match the model");
+    imported.model = std::make_unique<ModelParameters>(c, method);
+    ModelParameters& model = *imported.model;
+
+    for (const ParamTensor& t : model.layout.tensors) {
+        const std::string name = t.name + ".weight";
+        const GgufReader::TensorInfo* info = reader.find_tensor(name);
         const bool permute = rope_permuted(arch, t.name);
         if (t.storage == TensorStorage::codes) {
             model.scale(t) = scales->value[static_cast<size_t>(t.tensor_id)].get<float>();

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
+#include <algorithm>
+#include <optional>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 
@@ -15,6 +17,7 @@ namespace {
 constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
 constexpr uint32_t kVersion = 3;
 constexpr uint64_t kAlignment = 32;  // general.alignment's default; dqt writes it explicitly too
+constexpr const char* kChecksumKey = "dqt.file_crc32";
 
 uint64_t pad_to(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
@@ -55,6 +58,8 @@ public:
         bytes_.insert(bytes_.end(), s.begin(), s.end());
     }
     void pad(uint64_t alignment) { bytes_.resize(pad_to(bytes_.size(), alignment), '\0'); }
+    size_t size() const { return bytes_.size(); }
+    void overwrite(size_t at, const void* data, size_t count) { std::memcpy(bytes_.data() + at, data, count); }
     const std::string& bytes() const { return bytes_; }
 
 private:
@@ -224,12 +229,17 @@ void GgufWriter::write(const std::string& path) const {
     header.put_bytes(kMagic, sizeof kMagic);
     header.put<uint32_t>(kVersion);
     header.put<int64_t>(static_cast<int64_t>(tensors_.size()));
-    header.put<int64_t>(static_cast<int64_t>(metadata_.size() + 1));
+    header.put<int64_t>(static_cast<int64_t>(metadata_.size() + 2));
     header.put_string("general.alignment");
     header.put<int32_t>(static_cast<int32_t>(GgufValueType::uint32));
     header.put<uint32_t>(static_cast<uint32_t>(kAlignment));
+    // The checksum's slot holds zero while the CRC is computed, then the CRC.
+    header.put_string(kChecksumKey);
+    header.put<int32_t>(static_cast<int32_t>(GgufValueType::uint32));
+    const size_t checksum_slot = header.size();
+    header.put<uint32_t>(0);
     for (const auto& [key, value] : metadata_) {
-        require(key != "general.alignment", "gguf: general.alignment is written by the writer itself");
+        require(key != "general.alignment" && key != kChecksumKey, "gguf: " + key + " is written by the writer itself");
         header.put_string(key);
         header.put<int32_t>(static_cast<int32_t>(value.type));
         if (value.type == GgufValueType::array) {
@@ -251,9 +261,16 @@ void GgufWriter::write(const std::string& path) const {
     }
     header.pad(kAlignment);
 
+    const std::string padding(kAlignment, '\0');
+    uint32_t crc = crc32_update(0, header.bytes().data(), header.size());
+    for (const GgufTensor& tensor : tensors_) {
+        crc = crc32_update(crc, tensor.data.data(), tensor.data.size());
+        crc = crc32_update(crc, padding.data(), pad_to(tensor.data.size(), kAlignment) - tensor.data.size());
+    }
+    header.overwrite(checksum_slot, &crc, sizeof crc);
+
     AtomicFileWriter file(path);
     file.write(header.bytes().data(), header.bytes().size());
-    const std::string padding(kAlignment, '\0');
     for (const GgufTensor& tensor : tensors_) {
         file.write(tensor.data.data(), tensor.data.size());
         file.write(padding.data(), pad_to(tensor.data.size(), kAlignment) - tensor.data.size());
@@ -262,6 +279,27 @@ void GgufWriter::write(const std::string& path) const {
 }
 
 // ---- GgufReader ---------------------------------------------------------------------------
+
+namespace {
+
+// CRC-32 of the whole file with the 4 bytes at slot read as zero.
+uint32_t file_crc32_with_zeroed_slot(const std::string& path, std::ifstream& file, uint64_t size, uint64_t slot) {
+    file.clear();
+    file.seekg(0);
+    std::vector<char> chunk(size_t{1} << 20);
+    uint32_t crc = 0;
+    for (uint64_t at = 0; at < size;) {
+        const size_t bytes = static_cast<size_t>(std::min<uint64_t>(chunk.size(), size - at));
+        file.read(chunk.data(), static_cast<std::streamsize>(bytes));
+        require(file.good(), "cannot read GGUF file " + path);
+        for (uint64_t i = std::max(slot, at); i < std::min(slot + 4, at + bytes); ++i) chunk[i - at] = 0;
+        crc = crc32_update(crc, chunk.data(), bytes);
+        at += bytes;
+    }
+    return crc;
+}
+
+}  // namespace
 
 GgufReader::GgufReader(const std::string& path) : path_(path) {
     std::error_code error;
@@ -284,13 +322,19 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
             "GGUF file " + path + " is corrupt: impossible tensor or metadata count");
 
     uint64_t alignment = kAlignment;
-    std::set<std::string> keys;
+    std::optional<uint64_t> checksum_slot;  // file offset of dqt.file_crc32's value
     for (int64_t k = 0; k < metadata_count; ++k) {
         std::string key = in.get_string("a metadata key");
-        require(keys.insert(key).second, "GGUF file " + path + " has the metadata key " + key + " twice");
+        require(metadata_index_.emplace(key, metadata_.size()).second,
+                "GGUF file " + path + " has the metadata key " + key + " twice");
         const int32_t raw_type = in.get<int32_t>("a metadata value");
         require(known_value_type(raw_type), "GGUF file " + path + ": metadata " + key + " has unknown type " +
                                                 std::to_string(raw_type));
+        if (key == kChecksumKey) {
+            require(raw_type == static_cast<int32_t>(GgufValueType::uint32),
+                    "GGUF file " + path + ": " + key + " must be a u32");
+            checksum_slot = in.position();
+        }
         GgufValue value;
         value.type = static_cast<GgufValueType>(raw_type);
         if (value.type == GgufValueType::array) {
@@ -315,11 +359,11 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
         metadata_.emplace_back(std::move(key), std::move(value));
     }
 
-    std::set<std::string> names;
     for (int64_t t = 0; t < tensor_count; ++t) {
         TensorInfo info;
         info.name = in.get_string("a tensor name");
-        require(names.insert(info.name).second, "GGUF file " + path + " has the tensor " + info.name + " twice");
+        require(tensor_index_.emplace(info.name, tensors_.size()).second,
+                "GGUF file " + path + " has the tensor " + info.name + " twice");
         const uint32_t dims = in.get<uint32_t>("a tensor shape");
         require(dims >= 1 && dims <= 4, "GGUF file " + path + ": tensor " + info.name + " has " + std::to_string(dims) +
                                             " dimensions (1 to 4 allowed)");
@@ -357,18 +401,21 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
         require(info.offset + info.bytes <= size,
                 "GGUF file " + path + " is truncated: the data of tensor " + info.name + " runs past its end");
     }
+    if (checksum_slot) {
+        const uint32_t stored = find(kChecksumKey)->value.get<uint32_t>();
+        require(file_crc32_with_zeroed_slot(path, file, size, *checksum_slot) == stored,
+                "GGUF file " + path + ": checksum mismatch: file is corrupt");
+    }
 }
 
 const GgufValue* GgufReader::find(const std::string& key) const {
-    for (const auto& entry : metadata_)
-        if (entry.first == key) return &entry.second;
-    return nullptr;
+    const auto it = metadata_index_.find(key);
+    return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;
 }
 
 const GgufReader::TensorInfo* GgufReader::find_tensor(const std::string& name) const {
-    for (const TensorInfo& info : tensors_)
-        if (info.name == name) return &info;
-    return nullptr;
+    const auto it = tensor_index_.find(name);
+    return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +69,9 @@ private:
 };
 
 // A parsed GGUF file: metadata and tensor table in memory; tensor data read on request.
+// Files dqt writes carry dqt.file_crc32, the CRC-32 of the whole file with that value's own
+// 4 bytes read as zero; when present it is checked at open. Files from other tools lack it
+// and are read unchecked.
 // Every inconsistency (magic, version, a count or length that runs past the end of the file,
 // an unsupported tensor type, an offset out of order) is a one-line dqt::Error naming the file.
 class GgufReader {
@@ -98,6 +102,8 @@ private:
     std::string path_;
     std::vector<std::pair<std::string, GgufValue>> metadata_;
     std::vector<TensorInfo> tensors_;
+    std::unordered_map<std::string, size_t> metadata_index_;  // key -> position in metadata_
+    std::unordered_map<std::string, size_t> tensor_index_;    // name -> position in tensors_
 };
 
 // True when the file starts with the GGUF magic (false also for a missing or short file).
