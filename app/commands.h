@@ -32,6 +32,7 @@ struct MethodFlags {
     std::string method = "fp";
     std::string bits = "1.58";
     std::string rounding = "stochastic";
+    std::string scale_rule = "reference";
     std::string compute_dtype = "fp32";
     std::string optim_state = "32";
     bool quantize_embedding = false;

@@ -9,6 +9,10 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
     command.add_option("--bits", f.bits, "dqt weight codes: 1.58 (ternary) or 2..8")->capture_default_str();
     command.add_option("--rounding", f.rounding, "dqt update rounding: stochastic, or nearest (ablation)")
         ->capture_default_str();
+    command.add_option("--dqt-scale", f.scale_rule,
+                       "dqt scale: reference (the paper's max rule; fixed for ternary) or learned (Adam on the "
+                       "grid step)")
+        ->capture_default_str();
     command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
     command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
     command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
@@ -22,9 +26,11 @@ MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f
     if (config.method != Method::dqt) {
         require(command.count("--bits") == 0, "--bits applies to --method dqt only");
         require(command.count("--rounding") == 0, "--rounding applies to --method dqt only");
+        require(command.count("--dqt-scale") == 0, "--dqt-scale applies to --method dqt only");
     }
     config.grid = parse_code_grid(f.bits);
     config.rounding = parse_rounding(f.rounding);
+    config.scale_rule = parse_scale_rule(f.scale_rule);
     config.quantize_embedding = f.quantize_embedding;
     config.quantize_head = f.quantize_head;
     config.compute = parse_compute_dtype(f.compute_dtype);

@@ -185,6 +185,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method int4"), "unknown method 'int4'");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --bits 9"), "--bits 9 is not supported");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --bits 4"), "--bits applies to --method dqt only");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-scale learned"),
+                          "--dqt-scale applies to --method dqt only");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-scale fitted"),
+                          "unknown scale rule 'fitted'");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --quantize-head"), "need --method bitnet or dqt");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --quantize-embedding"),
                           "--quantize-embedding needs --method dqt");

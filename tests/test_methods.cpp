@@ -3,6 +3,7 @@
 // method stores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "model/weight_access.h"
 #include "optim/dqt_update.h"
 #include "optim/optimizer.h"
+#include "optim/scale_gradient.h"
 #include "quant/activation_quant.h"
 #include "quant/codes.h"
 #include "quant/ternary.h"
@@ -41,8 +43,9 @@ ModelConfig small_config() {
 void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments, const AdamWConfig& config, float lr,
               int64_t t, const DqtRounding& rounding) {
     const DqtStep step(tensor, config, lr, t, rounding);
+    const double dot = exact_sum_value(code_gradient_dot(g, tensor.codes, tensor.grid, 0, tensor.count));
     step.apply(g, moments, 0, tensor.count);
-    step.finish();
+    step.finish(moments, dot);
 }
 
 MethodConfig dqt_method(int bits) {
@@ -55,14 +58,17 @@ MethodConfig dqt_method(int bits) {
 }  // namespace
 
 // Five DQT steps on one tensor with fresh random codes and gradients: every code, the scale
-// and the moments equal a float64 implementation of SPEC.md's update fed the same uniforms.
-// A code may differ only where x sits within float rounding of its rounding threshold.
+// and the moments equal a float64 implementation of SPEC.md's update fed the same uniforms,
+// under both scale rules. A code may differ only where x sits within float rounding of its
+// rounding threshold.
 TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
+    for (const ScaleRule rule : {ScaleRule::reference, ScaleRule::learned})
     for (const int bits : {1, 4, 8}) {
         for (const Rounding mode : {Rounding::stochastic, Rounding::nearest}) {
+            SCOPED_TRACE(std::string(scale_rule_name(rule)) + " scale, bits " + std::to_string(bits));
             const CodeGrid grid{bits};
             const size_t count = 1003;  // ragged: the last packed byte is partial
             const int tensor_id = 5;
@@ -75,6 +81,7 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
             }
             float scale = grid.qp() / 0.03f;
             double scale_ref = scale;
+            double scale_m_ref = 0.0, scale_v_ref = 0.0;
             TensorMoments moments(0, count, StateDtype::fp32);
             const float* m = moments.m.as<float>();
             const float* v = moments.v.as<float>();
@@ -97,11 +104,27 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
                     for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
                 }
                 const CodedTensor tensor{codes.data(), &scale, count, grid, tensor_id};
-                dqt_step(tensor, g.data(), moments, config, lr, t, DqtRounding{mode, seed});
+                dqt_step(tensor, g.data(), moments, config, lr, t, DqtRounding{mode, seed, rule});
                 const std::vector<int> q_before = q;
+                const double scale_before = scale_ref;
                 scale_ref = dqt_update_reference(q.data(), scale_ref, m_ref.data(), v_ref.data(), g_ref.data(),
-                                                 u.data(), count, grid, config, lr, t, mode);
-                EXPECT_NEAR(scale, scale_ref, 1e-5 * scale_ref);
+                                                 u.data(), count, grid, config, lr, t, mode, rule, scale_m_ref,
+                                                 scale_v_ref);
+                ASSERT_NEAR(scale, scale_ref, 1e-5 * scale_ref);
+                if (rule == ScaleRule::learned) {
+                    // Adam's first step, in log units: lr sqrt(v) / (sqrt(v) + eps) with
+                    // v = (1 - b2) g^2, so about lr.
+                    if (t == 1) {
+                        const double root_v = std::sqrt(scale_v_ref);
+                        const double expected = lr * root_v / (root_v + config.eps);
+                        EXPECT_NEAR(std::fabs(std::log(scale_ref / scale_before)), expected, 1e-4 * lr);
+                        EXPECT_GT(expected, 0.5 * lr);
+                    }
+                    // m can cancel to far below the gradients it sums: relative to sqrt(v).
+                    EXPECT_NEAR(moments.scale_moments[0], scale_m_ref, 1e-5 * std::sqrt(scale_v_ref));
+                    EXPECT_NEAR(moments.scale_moments[1], scale_v_ref, 1e-5 * scale_v_ref + 1e-20);
+                    scale = static_cast<float>(scale_ref);  // compare later steps from the same scale
+                }
                 for (size_t i = 0; i < count; ++i) {
                     ASSERT_NEAR(m[i], m_ref[i], 1e-6 + 1e-5 * std::fabs(m_ref[i]));
                     ASSERT_NEAR(v[i], v_ref[i], 1e-9 + 1e-5 * std::fabs(v_ref[i]));
@@ -375,4 +398,44 @@ TEST(TernaryConvert, TwnRuleFollowsItsDefinition) {
     }
     EXPECT_EQ(parse_ternary_rule("twn"), TernaryRule::twn);
     EXPECT_THROW(parse_ternary_rule("median"), Error);
+}
+
+// The learned scale's gradient sum_i g_i q_i is exact: any split into pieces (fused update
+// pieces, data-parallel shards) gives the same bits, within 2^-40 per term of float64.
+TEST(ScaleGradient, CodeGradientDotIsTheSameForAnySplit) {
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const int bits : {1, 8}) {
+        const CodeGrid grid{bits};
+        const size_t count = 5000;
+        std::uniform_int_distribution<int> pick(grid.qn(), grid.qp());
+        std::lognormal_distribution<float> magnitude(-8.0f, 2.0f);  // gradients over many decades, below the clamp
+        std::vector<uint8_t> codes(code_bytes(grid, count));
+        std::vector<float> g(count);
+        double reference = 0.0;
+        for (size_t i = 0; i < count; ++i) {
+            const int q = pick(rng);
+            write_code(codes.data(), grid, i, q);
+            g[i] = (rng() % 2 ? 1.0f : -1.0f) * magnitude(rng);
+            reference += static_cast<double>(g[i]) * q;
+        }
+        const ExactSum whole = code_gradient_dot(g.data(), codes.data(), grid, 0, count);
+        EXPECT_NEAR(exact_sum_value(whole), reference, count * std::ldexp(1.0, -kExactSumFractionBits));
+        for (int trial = 0; trial < 20; ++trial) {
+            std::vector<size_t> cuts = {0, count};
+            for (int k = 0; k < 5; ++k) cuts.push_back(4 * (rng() % (count / 4)));  // whole packed bytes
+            std::sort(cuts.begin(), cuts.end());
+            ExactSum pieces = 0;
+            for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+                pieces += code_gradient_dot(g.data() + cuts[k], codes.data(), grid, cuts[k], cuts[k + 1]);
+            }
+            ASSERT_TRUE(pieces == whole) << "cuts differ at trial " << trial;
+        }
+    }
+    // Terms beyond the clamp and NaN do not overflow or poison the sum.
+    const std::vector<float> wild = {1e30f, -1e30f, std::nanf(""), 2.0f};
+    std::vector<uint8_t> ones(code_bytes(CodeGrid{8}, 4));
+    for (size_t i = 0; i < 4; ++i) write_code(ones.data(), CodeGrid{8}, i, 1);
+    EXPECT_EQ(exact_sum_value(code_gradient_dot(wild.data(), ones.data(), CodeGrid{8}, 0, 4)), 2.0);
 }

@@ -12,6 +12,7 @@
 #include "data/shard.h"
 #include "io/checkpoint.h"
 #include "test_helpers.h"
+#include "train/model_checkpoint.h"
 #include "train/trainer.h"
 
 using namespace dqt;
@@ -105,6 +106,8 @@ std::vector<MethodCase> method_cases() {
     dqt_4bit_everything.compute = ComputeDtype::bf16;
     MethodConfig dqt_nearest = dqt_ternary;
     dqt_nearest.rounding = Rounding::nearest;
+    MethodConfig dqt_learned_scale = dqt_ternary;
+    dqt_learned_scale.scale_rule = ScaleRule::learned;
     MethodConfig dqt_8bit_quantized_ends = dqt_ternary;
     dqt_8bit_quantized_ends.grid = CodeGrid{8};
     dqt_8bit_quantized_ends.quantize_embedding = true;
@@ -116,6 +119,7 @@ std::vector<MethodCase> method_cases() {
             {"dqt_nearest", dqt_nearest},
             {"bitnet_8bit_state_fused", bitnet, StateDtype::q8, true},
             {"dqt_ternary_8bit_state_fused", dqt_ternary, StateDtype::q8, true},
+            {"dqt_learned_scale_8bit_state_fused", dqt_learned_scale, StateDtype::q8, true},
             {"dqt_8bit_quantized_ends_8bit_state_fused", dqt_8bit_quantized_ends, StateDtype::q8, true}};
 }
 
@@ -219,5 +223,50 @@ TEST(Train, ResumeWithoutCheckpointIsAClearError) {
         FAIL() << "expected an error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
+    }
+}
+
+// A checkpoint whose options describe a far larger model than its tensors (a crafted or edited
+// header: dim 2^20 would ask for terabytes) is refused before the model is allocated.
+TEST(Train, CheckpointOptionsMustMatchItsTensorsBeforeAnythingIsAllocated) {
+    TempDir root("ckpt-options");
+    TrainOptions options = tiny_train_options(root / "run");
+    options.steps = 2;
+    run_training(options, quiet_control());
+    const std::string original = checkpoint_path_in(options.out_dir);
+    const CheckpointReader reader(original);
+    // Every stored tensor, copied as bytes.
+    std::vector<std::string> names = reader.names();
+    std::vector<std::vector<char>> payloads;
+    std::vector<TensorView> views;
+    for (const std::string& name : names) {
+        const std::string dtype = reader.dtype(name);
+        const std::vector<int64_t> shape = reader.shape(name);
+        size_t bytes = dtype == "f32" ? 4 : dtype == "bf16" ? 2 : 1;
+        for (int64_t n : shape) bytes *= static_cast<size_t>(n);
+        payloads.emplace_back(bytes);
+        reader.read(name, dtype, shape, payloads.back().data(), bytes);
+    }
+    for (size_t k = 0; k < names.size(); ++k) {
+        views.push_back({names[k], reader.dtype(names[k]), reader.shape(names[k]), payloads[k].data(), payloads[k].size()});
+    }
+    const struct {
+        const char* key;
+        int value;
+        const char* error;
+    } edits[] = {{"dim", 1 << 20, "not the size its options describe"}, {"n_layers", 1000000000, "holds only"}};
+    for (const auto& edit : edits) {
+        nlohmann::json meta = reader.meta();
+        meta["options"]["model"][edit.key] = edit.value;
+        const std::string edited = root / (std::string(edit.key) + ".dqt");
+        save_checkpoint(edited, meta, views);
+        const int64_t before = memory_live_bytes(MemCategory::weights);
+        try {
+            load_model_checkpoint(edited);
+            ADD_FAILURE() << "accepted options with " << edit.key << " = " << edit.value;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(edit.error), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(memory_live_bytes(MemCategory::weights), before);
     }
 }

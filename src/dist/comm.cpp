@@ -186,6 +186,20 @@ void Communicator::allgather_in_place(void* base, const std::vector<size_t>& cut
     bytes_sent_[static_cast<int>(traffic)] += static_cast<int64_t>(size_ - 1) * counts[rank_];
 }
 
+void Communicator::sum_exact(std::vector<ExactSum>& values) {
+    if (size_ == 1) return;
+    const size_t count = values.size();
+    std::vector<ExactSum> all(count * static_cast<size_t>(size_));  // (ranks, count)
+    std::copy(values.begin(), values.end(), all.begin() + static_cast<std::ptrdiff_t>(count * rank_));
+    std::vector<size_t> cut;
+    for (int r = 0; r <= size_; ++r) cut.push_back(count * static_cast<size_t>(r));
+    allgather_in_place(all.data(), cut, sizeof(ExactSum), Traffic::other);
+    for (size_t i = 0; i < count; ++i) {
+        values[i] = 0;
+        for (int r = 0; r < size_; ++r) values[i] += all[static_cast<size_t>(r) * count + i];
+    }
+}
+
 std::vector<double> Communicator::allgather(const std::vector<double>& mine, const std::vector<int>& counts) {
     if (size_ == 1) return mine;
     std::vector<int> displacements(static_cast<size_t>(size_), 0);

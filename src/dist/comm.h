@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/exact_sum.h"
+
 namespace dqt {
 
 enum class Traffic : int { gradients, weights, other, count };
@@ -50,6 +52,9 @@ public:
     // in place on rank r; on return every rank holds all of them. Counted as (N-1) times this
     // rank's part: what a ring sends.
     void allgather_in_place(void* base, const std::vector<size_t>& cut, size_t item_bytes, Traffic traffic);
+    // Element-wise sum over the ranks of exact (integer) sums, in place; the same on every
+    // rank and for any rank count (integer addition has no order).
+    void sum_exact(std::vector<ExactSum>& values);
     // Every rank's `mine` (counts[r] doubles from rank r) concatenated in rank order.
     std::vector<double> allgather(const std::vector<double>& mine, const std::vector<int>& counts);
     // Root receives every rank's bytes into `out` at offsets[r] (out is ignored elsewhere).

@@ -1,5 +1,7 @@
 #include "dist/sharded_state.h"
 
+#include <algorithm>
+
 namespace dqt {
 
 namespace {
@@ -25,6 +27,7 @@ std::optional<OptimizerState> gather_optimizer_state(const ParamLayout& layout, 
     for (const ParamTensor& tensor : layout.tensors) {
         const TensorMoments& mine = shard.of(tensor);
         TensorMoments* out = whole ? &whole->of(tensor) : nullptr;
+        if (out) std::copy_n(mine.scale_moments, 2, out->scale_moments);  // the same on every rank
         const size_t bytes = mine.element_bytes();
         auto first = [&](int r) { return plan.owned(tensor, r).first; };
         auto count = [&](int r) { return plan.owned(tensor, r).size(); };

@@ -17,6 +17,7 @@ void MethodConfig::validate() const {
     }
     if (method != Method::dqt) {
         require(rounding == Rounding::stochastic, "--rounding applies to --method dqt only");
+        require(scale_rule == ScaleRule::reference, "--dqt-scale applies to --method dqt only");
     }
 }
 
@@ -24,7 +25,9 @@ std::string MethodConfig::label() const {
     switch (method) {
         case Method::fp: return "fp";
         case Method::bitnet: return "bitnet";
-        case Method::dqt: return "dqt-" + grid.label() + (rounding == Rounding::nearest ? "-nearest" : "");
+        case Method::dqt:
+            return "dqt-" + grid.label() + (rounding == Rounding::nearest ? "-nearest" : "") +
+                   (scale_rule == ScaleRule::learned ? "-learned-scale" : "");
     }
     return "?";
 }
@@ -61,10 +64,19 @@ Rounding parse_rounding(const std::string& name) {
 
 const char* rounding_name(Rounding rounding) { return rounding == Rounding::nearest ? "nearest" : "stochastic"; }
 
+ScaleRule parse_scale_rule(const std::string& name) {
+    if (name == "reference") return ScaleRule::reference;
+    if (name == "learned") return ScaleRule::learned;
+    throw Error("unknown scale rule '" + name + "': use reference or learned");
+}
+
+const char* scale_rule_name(ScaleRule rule) { return rule == ScaleRule::learned ? "learned" : "reference"; }
+
 void to_json(nlohmann::json& j, const MethodConfig& c) {
     j = nlohmann::json{{"method", method_name(c.method)},
                        {"bits", c.grid.label()},
                        {"rounding", rounding_name(c.rounding)},
+                       {"scale_rule", scale_rule_name(c.scale_rule)},
                        {"quantize_embedding", c.quantize_embedding},
                        {"quantize_head", c.quantize_head},
                        {"compute_dtype", compute_dtype_name(c.compute)}};
@@ -75,6 +87,8 @@ void from_json(const nlohmann::json& j, MethodConfig& c) {
         c.method = parse_method(j.at("method").get<std::string>());
         c.grid = parse_code_grid(j.at("bits").get<std::string>());
         c.rounding = parse_rounding(j.at("rounding").get<std::string>());
+        // Absent in files written before the learned scale existed: those used the reference rule.
+        c.scale_rule = parse_scale_rule(j.value("scale_rule", std::string("reference")));
         c.quantize_embedding = j.at("quantize_embedding").get<bool>();
         c.quantize_head = j.at("quantize_head").get<bool>();
         c.compute = parse_compute_dtype(j.at("compute_dtype").get<std::string>());

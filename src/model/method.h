@@ -18,19 +18,27 @@
 namespace dqt {
 
 enum class Method { fp, bitnet, dqt };
+// dqt: how each tensor's scale moves.
+//   reference  s = qp / max(W) of the pre-update tensor (the paper's code; a ternary tensor
+//              always holds a +1, so its scale never moves from its initial value).
+//   learned    the grid step d = 1 / s is a parameter of its own: Adam on log d, with
+//              dL/dd = sum_i g_i q_i (optim/scale_gradient.h), at the codes' learning rate.
+enum class ScaleRule { reference, learned };
 enum class ComputeDtype { fp32, bf16 };
 
 struct MethodConfig {
     Method method = Method::fp;
     CodeGrid grid{1};                          // dqt: code format ("bits"), ternary by default
     Rounding rounding = Rounding::stochastic;  // dqt: how updates return to the grid
+    ScaleRule scale_rule = ScaleRule::reference;  // dqt: how the scale moves
     bool quantize_embedding = false;
     bool quantize_head = false;
     ComputeDtype compute = ComputeDtype::fp32;  // bf16: GEMM operands rounded to bf16
 
     // Throws dqt::Error naming an impossible combination.
     void validate() const;
-    // "fp", "bitnet", "dqt-1.58", "dqt-8", with "-nearest" for the rounding ablation.
+    // "fp", "bitnet", "dqt-1.58", "dqt-8", with "-nearest" for the rounding ablation and
+    // "-learned-scale" for the learned scale.
     std::string label() const;
 };
 
@@ -40,6 +48,8 @@ ComputeDtype parse_compute_dtype(const std::string& name);
 const char* compute_dtype_name(ComputeDtype dtype);
 Rounding parse_rounding(const std::string& name);
 const char* rounding_name(Rounding rounding);
+ScaleRule parse_scale_rule(const std::string& name);
+const char* scale_rule_name(ScaleRule rule);
 
 void to_json(nlohmann::json& j, const MethodConfig& config);
 void from_json(const nlohmann::json& j, MethodConfig& config);

@@ -73,11 +73,13 @@ DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr,
     : tensor_(tensor) {
     const CodeGrid grid = tensor.grid;
     const float old_scale = *tensor.scale;
-    const int top = max_code(tensor.codes, tensor.count, grid);
+    const int top = rounding.scale_rule == ScaleRule::reference ? max_code(tensor.codes, tensor.count, grid) : 0;
     const AdamBias bias(config, t);
     k_.grid = grid;
     k_.old_scale = old_scale;
-    k_.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
+    k_.learned_scale = rounding.scale_rule == ScaleRule::learned;
+    k_.new_scale = !k_.learned_scale && top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top)
+                                                : old_scale;
     k_.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
     k_.keep = 1.0f - lr * config.weight_decay;
     k_.b1 = config.beta1;
@@ -95,14 +97,32 @@ void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t
     });
 }
 
-void DqtStep::finish() const { *tensor_.scale = k_.new_scale; }
+void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
+    if (!k_.learned_scale) {
+        *tensor_.scale = k_.new_scale;
+        return;
+    }
+    const float grid_step = 1.0f / k_.old_scale;
+    const float g = grid_step * static_cast<float>(code_gradient_dot);  // dL/dlog d
+    float& m = moments.scale_moments[0];
+    float& v = moments.scale_moments[1];
+    m = k_.b1 * m + (1.0f - k_.b1) * g;
+    v = k_.b2 * v + (1.0f - k_.b2) * g * g;
+    const float log_step_change = -k_.step_size * m / (std::sqrt(v) + k_.eps);
+    *tensor_.scale = k_.old_scale * std::exp(-log_step_change);  // s = 1 / d
+}
 
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
-                            Rounding mode) {
+                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v) {
     int top = grid.qn() - 1;
-    for (size_t i = 0; i < count; ++i) top = std::max(top, q[i]);
-    const double new_scale = top > 0 ? grid.qp() / (top / scale) : scale;  // qp / max(W_prev)
+    double code_gradient_dot = 0.0;
+    for (size_t i = 0; i < count; ++i) {
+        top = std::max(top, q[i]);
+        code_gradient_dot += g[i] * q[i];
+    }
+    const bool learned = scale_rule == ScaleRule::learned;
+    const double new_scale = !learned && top > 0 ? grid.qp() / (top / scale) : scale;  // qp / max(W_prev)
     const double bias1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(t));
     const double bias2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(t));
     for (size_t i = 0; i < count; ++i) {
@@ -115,7 +135,13 @@ double dqt_update_reference(int* q, double scale, double* m, double* v, const do
         const double lower = std::floor(x);
         q[i] = static_cast<int>(mode == Rounding::stochastic ? lower + (u[i] < x - lower ? 1.0 : 0.0) : std::nearbyint(x));
     }
-    return new_scale;
+    if (!learned) return new_scale;
+    // W = q d with d = 1 / scale: dL/dlog d = d * sum_i g_i q_i.
+    const double log_gradient = code_gradient_dot / scale;
+    scale_m = config.beta1 * scale_m + (1.0 - config.beta1) * log_gradient;
+    scale_v = config.beta2 * scale_v + (1.0 - config.beta2) * log_gradient * log_gradient;
+    const double log_grid_step = std::log(1.0 / scale) - lr * std::sqrt(bias2) / bias1 * scale_m / (std::sqrt(scale_v) + config.eps);
+    return 1.0 / std::exp(log_grid_step);
 }
 
 }  // namespace dqt

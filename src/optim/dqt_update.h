@@ -6,12 +6,17 @@
 //   W'  = W - lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
 //   W'' = W' - lr * wd * W'
 //   q   = round(clip(W'' * s, qn, qp)), stochastic (u from rounding_uniforms) or nearest,
-// with s = qp / max(W) of the pre-update tensor (the reference code's rule: it stays at its
-// initial value while some code sits at qp).
+// where s is the rounding scale: under ScaleRule::reference, qp / max(W) of the pre-update
+// tensor (the reference code's rule: it stays at its initial value while some code sits at qp);
+// under ScaleRule::learned, the old scale, after which the grid step d = 1 / s takes its own
+// Adam step on log d (same lr, betas, eps and bias correction; no decay) from
+// dL/dlog d = d * sum_i g_i q_i (optim/scale_gradient.h).
 #include <cstddef>
 #include <cstdint>
 
+#include "model/method.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_state.h"
 #include "quant/codes.h"
 #include "quant/rounding.h"
 
@@ -28,25 +33,29 @@ struct CodedTensor {
 struct DqtRounding {
     Rounding mode = Rounding::stochastic;
     uint64_t seed = 0;
+    ScaleRule scale_rule = ScaleRule::reference;
 };
 
 // One DQT step of a coded tensor, applied to element ranges (each once, any order) and then
-// finished. The constructor reads the pre-update tensor (its top code sets the new scale);
-// finish() stores the new scale. t is the 1-based step.
+// finished. The constructor reads the pre-update tensor (its top code sets the reference
+// rule's scale); finish() stores the new scale. t is the 1-based step.
 class DqtStep {
 public:
     DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr, int64_t t, const DqtRounding& rounding);
     // Elements [first, last), first a multiple of 4; g points at element first; moments of any storage.
     void apply(const float* g, TensorMoments& moments, size_t first, size_t last) const;
-    void finish() const;
+    // code_gradient_dot: sum_i g_i q_i over the whole tensor with the pre-update codes (used by
+    // the learned rule, which also updates moments.scale_moments).
+    void finish(TensorMoments& moments, double code_gradient_dot) const;
 
     struct Constants {
         CodeGrid grid;
-        float old_scale, new_scale;
+        float old_scale, new_scale;  // new_scale: the scale the codes are rounded with
         float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
         float keep;       // 1 - lr * wd
         float b1, b2, eps;
         bool stochastic;
+        bool learned_scale;
         uint64_t seed;
         int64_t t;
         int tensor_id;
@@ -58,9 +67,10 @@ private:
 };
 
 // Float64 reference of the same update: q holds codes as integers; u[i] is element i's
-// uniform (ignored for nearest). Returns the new scale.
+// uniform (ignored for nearest); scale_m, scale_v the learned rule's moments. Returns the new
+// scale.
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
-                            Rounding mode);
+                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v);
 
 }  // namespace dqt

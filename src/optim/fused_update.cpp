@@ -33,7 +33,7 @@ void FusedUpdater::release(const ParamTensor& tensor, int row_begin, int row_end
     const size_t first = static_cast<size_t>(row_begin) * tensor.cols;
     update_->apply(g, first, first + count);
     if (row_end == tensor.rows) {
-        update_->finish();
+        update_->finish(update_->code_gradient_dot());
         update_.reset();
     }
     piece_ = Array<float>();

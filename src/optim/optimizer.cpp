@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "optim/scale_gradient.h"
+
 namespace dqt {
 
 static_assert(kGradientPieceAlign % kStateBlock == 0, "gradient pieces must hold whole 8-bit state blocks");
@@ -12,13 +14,17 @@ TensorUpdate::TensorUpdate(ModelParameters& model, const ParamTensor& tensor, Op
     if (tensor.storage == TensorStorage::codes) {
         const CodedTensor coded{model.code(tensor), &model.scale(tensor), tensor.count(), model.method.grid,
                                 tensor.tensor_id};
-        dqt_.emplace(coded, config, lr, t, DqtRounding{model.method.rounding, seed});
+        dqt_.emplace(coded, config, lr, t, DqtRounding{model.method.rounding, seed, model.method.scale_rule});
+        if (model.method.scale_rule == ScaleRule::learned) codes_ = coded.codes;
+        grid_ = coded.grid;
     } else {
         adamw_.emplace(config, lr, t, tensor.is_matrix());
     }
 }
 
 void TensorUpdate::apply(const float* g, size_t first, size_t last) {
+    // Before the codes of the range move: the scale's gradient is taken at the old codes.
+    if (codes_) code_gradient_dot_ += dqt::code_gradient_dot(g, codes_, grid_, first, last);
     if (dqt_) {
         dqt_->apply(g, moments_, first, last);
     } else {
@@ -26,8 +32,8 @@ void TensorUpdate::apply(const float* g, size_t first, size_t last) {
     }
 }
 
-void TensorUpdate::finish() {
-    if (dqt_) dqt_->finish();
+void TensorUpdate::finish(ExactSum whole_tensor_dot) {
+    if (dqt_) dqt_->finish(moments_, exact_sum_value(whole_tensor_dot));
 }
 
 void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
@@ -36,13 +42,21 @@ void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, Opt
 }
 
 void optimizer_step_range(ModelParameters& model, const float* gradients, size_t begin, size_t end,
-                          OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed) {
+                          OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed,
+                          const SumOverRanks& sum_over_ranks) {
+    // Every tensor is applied before any is finished, so that the learned scales' gradient
+    // sums of all ranks can be combined in one exchange.
+    std::vector<TensorUpdate> updates;
+    updates.reserve(model.layout.tensors.size());
+    std::vector<ExactSum> dots;
     for (const ParamTensor& tensor : model.layout.tensors) {
-        TensorUpdate update(model, tensor, state, config, lr, t, seed);
+        TensorUpdate& update = updates.emplace_back(model, tensor, state, config, lr, t, seed);
         const size_t first = std::max(tensor.offset, begin), last = std::min(tensor.offset + tensor.count(), end);
         if (first < last) update.apply(gradients + (first - begin), first - tensor.offset, last - tensor.offset);
-        update.finish();
+        dots.push_back(update.code_gradient_dot());
     }
+    if (model.method.scale_rule == ScaleRule::learned && sum_over_ranks) sum_over_ranks(dots);
+    for (size_t k = 0; k < updates.size(); ++k) updates[k].finish(dots[k]);
 }
 
 }  // namespace dqt

@@ -33,6 +33,9 @@ struct TensorMoments {
     size_t count = 0;
     Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes (of m and sqrt(v)); category optimizer
     Array<float> m_absmax, v_absmax;  // (blocks) 8-bit only; category optimizer
+    // Adam's moments of a learned DQT scale's log grid step (model/method.h): two numbers per
+    // tensor, the same on every rank (each rank updates every scale).
+    float scale_moments[2] = {};  // {m, v}
 
     TensorMoments(size_t first, size_t count, StateDtype dtype, MemCategory category = MemCategory::optimizer);
     size_t element_bytes() const;
@@ -62,7 +65,8 @@ private:
     std::vector<TensorMoments> tensors_;
 };
 
-// part's elements copied from full, which holds the whole tensor in the same dtype.
+// part's elements (and the scale moments) copied from full, which holds the whole tensor in
+// the same dtype.
 void copy_moments_range(const TensorMoments& full, TensorMoments& part);
 
 // Typed access for the update kernels: one templated loop serves fp32 and bf16 moments.

@@ -44,6 +44,28 @@ void read_parameters(const CheckpointReader& reader, ModelParameters& model) {
     }
 }
 
+// Every parameter that the checkpoint's options describe is stored in it with that size,
+// checked before anything is allocated: crafted options (dim 2^20, a billion layers) are
+// refused here, so what a load allocates is bounded by the file.
+void check_parameters_match_options(const CheckpointReader& reader, const TrainOptions& options,
+                                    const std::string& path) {
+    const size_t stored = reader.names().size();
+    require(static_cast<size_t>(options.model.n_layers) <= stored,
+            "checkpoint " + path + ": its options describe " + std::to_string(options.model.n_layers) +
+                " layers, but it holds only " + std::to_string(stored) + " tensors (corrupt or edited options)");
+    const ParamLayout layout = make_param_layout(options.model, options.method);
+    for (const ParamTensor& tensor : layout.tensors) {
+        const bool codes = tensor.storage == TensorStorage::codes;
+        const std::string name = (codes ? "codes." : "param.") + tensor.name;
+        const std::vector<int64_t> expected =
+            codes ? std::vector<int64_t>{static_cast<int64_t>(code_bytes(options.method.grid, tensor.count()))}
+                  : shape_of(tensor);
+        require(reader.has(name) && reader.shape(name) == expected,
+                "checkpoint " + path + ": tensor " + name + " is missing or not the size its options describe " +
+                    "(corrupt or edited options)");
+    }
+}
+
 const char* moment_dtype(const TensorMoments& moments) {
     switch (moments.dtype) {
         case StateDtype::fp32: return "f32";
@@ -53,9 +75,19 @@ const char* moment_dtype(const TensorMoments& moments) {
     return "?";
 }
 
-// "adam.m.NAME" and "adam.v.NAME" in the tensor's shape (8-bit: the codes), and for 8-bit state
-// "adam.m_absmax.NAME" and "adam.v_absmax.NAME" (f32, one per block).
-void add_moments(std::vector<TensorView>& out, const ParamTensor& tensor, const TensorMoments& moments) {
+// A learned DQT scale's two moments are state of coded tensors under that rule only.
+bool has_scale_moments(const ModelParameters& model, const ParamTensor& tensor) {
+    return tensor.storage == TensorStorage::codes && model.method.scale_rule == ScaleRule::learned;
+}
+
+// "adam.m.NAME" and "adam.v.NAME" in the tensor's shape (8-bit: the codes), for 8-bit state
+// "adam.m_absmax.NAME" and "adam.v_absmax.NAME" (f32, one per block), and for a learned scale
+// "adam.scale.NAME" (f32 [2]: m, v).
+void add_moments(std::vector<TensorView>& out, const ModelParameters& model, const ParamTensor& tensor,
+                 const TensorMoments& moments) {
+    if (has_scale_moments(model, tensor)) {
+        out.push_back({"adam.scale." + tensor.name, "f32", {2}, moments.scale_moments, sizeof moments.scale_moments});
+    }
     const size_t bytes = tensor.count() * moments.element_bytes();
     out.push_back({"adam.m." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.m.data(), bytes});
     out.push_back({"adam.v." + tensor.name, moment_dtype(moments), shape_of(tensor), moments.v.data(), bytes});
@@ -78,14 +110,18 @@ void read_whole_moments(const CheckpointReader& reader, const ParamTensor& tenso
 }
 
 // Moments that hold part of the tensor (a data-parallel shard) take their slice of the stored whole.
-void read_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
+void read_moments(const CheckpointReader& reader, const ModelParameters& model, const ParamTensor& tensor,
+                  TensorMoments& moments) {
     if (moments.first == 0 && moments.count == tensor.count()) {
         read_whole_moments(reader, tensor, moments);
-        return;
+    } else {
+        TensorMoments whole(0, tensor.count(), moments.dtype, MemCategory::scratch);
+        read_whole_moments(reader, tensor, whole);
+        copy_moments_range(whole, moments);
     }
-    TensorMoments whole(0, tensor.count(), moments.dtype, MemCategory::scratch);
-    read_whole_moments(reader, tensor, whole);
-    copy_moments_range(whole, moments);
+    if (has_scale_moments(model, tensor)) {
+        reader.read("adam.scale." + tensor.name, "f32", {2}, moments.scale_moments, sizeof moments.scale_moments);
+    }
 }
 
 void check_kind(const CheckpointReader& reader, const std::string& path) {
@@ -107,7 +143,7 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
 
     std::vector<TensorView> tensors;
     add_parameters(tensors, model);
-    for (const ParamTensor& tensor : model.layout.tensors) add_moments(tensors, tensor, state.of(tensor));
+    for (const ParamTensor& tensor : model.layout.tensors) add_moments(tensors, model, tensor, state.of(tensor));
     tensors.push_back({"tokenizer", "u8", {static_cast<int64_t>(tokenizer_blob.size())}, tokenizer_blob.data(),
                        tokenizer_blob.size()});
     save_checkpoint(path, meta, tensors);
@@ -116,7 +152,11 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
 TrainOptions read_checkpoint_options(const std::string& path) {
     CheckpointReader reader(path);
     check_kind(reader, path);
-    return reader.meta().at("options").get<TrainOptions>();
+    TrainOptions options = reader.meta().at("options").get<TrainOptions>();
+    options.model.validate();
+    options.method.validate();
+    check_parameters_match_options(reader, options, path);
+    return options;
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {
@@ -126,6 +166,7 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     loaded.options = reader.meta().at("options").get<TrainOptions>();
     loaded.options.model.validate();
     loaded.options.method.validate();
+    check_parameters_match_options(reader, loaded.options, path);
     loaded.step = reader.meta().value("step", 0);
     loaded.model = std::make_unique<ModelParameters>(loaded.options.model, loaded.options.method);
     read_parameters(reader, *loaded.model);
@@ -142,7 +183,7 @@ TrainingPosition load_training_state(const std::string& path, ModelParameters& m
     CheckpointReader reader(path);
     check_kind(reader, path);
     read_parameters(reader, model);
-    for (const ParamTensor& tensor : model.layout.tensors) read_moments(reader, tensor, state.of(tensor));
+    for (const ParamTensor& tensor : model.layout.tensors) read_moments(reader, model, tensor, state.of(tensor));
     TrainingPosition position;
     try {
         position.step = reader.meta().at("step").get<int>();

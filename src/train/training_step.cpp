@@ -81,7 +81,8 @@ TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float gr
     const float factor = clip_factor(result.grad_norm, grad_clip_);
     if (factor != 1.0f) exchange_->scale(factor);
     const int rank = comm_.rank();
-    optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_);
+    optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_,
+                         [this](std::vector<ExactSum>& dots) { comm_.sum_exact(dots); });
     comm_.allgather_in_place(model_.values.data(), plan_.value_cut, sizeof(float), Traffic::weights);
     comm_.allgather_in_place(model_.codes.data(), plan_.code_cut, 1, Traffic::weights);
     return result;

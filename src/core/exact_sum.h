@@ -1,0 +1,26 @@
+#pragma once
+// Sums of reals whose result does not depend on the order of the terms, so on no thread or
+// rank count: each term is rounded once to a multiple of 2^-kExactSumFractionBits (an int64),
+// and the terms add up exactly in a 128-bit integer. Terms are clamped to +-2^kExactSumTermBits
+// (far beyond any gradient worth a step); a NaN term counts as zero.
+#include <cmath>
+#include <cstdint>
+
+namespace dqt {
+
+using ExactSum = __int128;
+
+inline constexpr int kExactSumFractionBits = 40;
+inline constexpr int kExactSumTermBits = 12;  // |term| <= 4096, so 2^10 terms fit an int64 (2^62)
+
+inline int64_t exact_term(double x) {
+    constexpr double kLimit = static_cast<double>(int64_t{1} << kExactSumTermBits);
+    if (!(std::fabs(x) <= kLimit)) x = std::isnan(x) ? 0.0 : std::copysign(kLimit, x);
+    return std::llrint(std::ldexp(x, kExactSumFractionBits));
+}
+
+inline double exact_sum_value(ExactSum sum) {
+    return std::ldexp(static_cast<double>(sum), -kExactSumFractionBits);
+}
+
+}  // namespace dqt
