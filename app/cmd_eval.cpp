@@ -50,8 +50,9 @@ void add_eval_command(CLI::App& app) {
         const std::string data_dir = args->data.empty() ? loaded.data_dir : args->data;
         require(!data_dir.empty(), args->checkpoint + " names no dataset: pass --data DIR");
         const Dataset data = open_dataset(data_dir);
-        require(data.tokenizer->vocab_size() == loaded.model->config.vocab_size,
-                "dataset " + data_dir + " uses a different tokenizer than the checkpoint");
+        require(same_tokenizer(*data.tokenizer, *loaded.tokenizer),
+                "dataset " + data_dir + " uses a different tokenizer than " + args->checkpoint +
+                    ": its loss would be meaningless (pass the dataset the model was trained on)");
         const int window = loaded.model->config.seq_len;
         std::unique_ptr<InferenceModel> model = std::make_unique<InferenceModel>(*loaded.model);
         const std::string method = loaded.model->method.label();

@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "data/dataset.h"
 #include "data/shard.h"
 #include "io/checkpoint.h"
 #include "test_helpers.h"
@@ -268,5 +270,41 @@ TEST(Train, CheckpointOptionsMustMatchItsTensorsBeforeAnythingIsAllocated) {
             EXPECT_NE(std::string(e.what()).find(edit.error), std::string::npos) << e.what();
         }
         EXPECT_EQ(memory_live_bytes(MemCategory::weights), before);
+    }
+}
+
+// Two BPE datasets with the same vocabulary size map text to different ids: evaluating a model
+// on the other one, or resuming after its dataset folder was replaced by the other, is refused
+// (they compared vocabulary sizes only and printed a meaningless loss or trained on).
+TEST(Train, AnotherTokenizerOfTheSameSizeIsRefusedByEvalAndResume) {
+    TempDir root("tokenizer-identity");
+    write_tiny_corpus(root / "corpus-a", 20);
+    write_tiny_corpus(root / "corpus-b", 31);
+    prepare_dataset(root / "corpus-a", root / "a", "bpe", 300);
+    prepare_dataset(root / "corpus-b", root / "b", "bpe", 300);
+    TrainOptions options = tiny_train_options(root / "run");
+    options.data_dir = root / "a";
+    options.model.vocab_size = 300;
+    options.steps = 4;
+    RunControl first = quiet_control();
+    first.stop_after_step = 2;
+    run_training(options, first);
+
+    const CommandResult eval = run_command(std::string(DQT_BINARY) + " eval " + checkpoint_path_in(options.out_dir) +
+                                           " --data " + (root / "b"));
+    EXPECT_NE(eval.exit_code, 0);
+    EXPECT_NE(eval.output.find("uses a different tokenizer"), std::string::npos) << eval.output;
+
+    for (const char* file : {"tokenizer.bin", "train.bin", "val.bin"}) {
+        std::filesystem::copy_file(root / "b/" + file, root / "a/" + file,
+                                   std::filesystem::copy_options::overwrite_existing);
+    }
+    RunControl resume = quiet_control();
+    resume.resume = true;
+    try {
+        run_training(options, resume);
+        ADD_FAILURE() << "resumed on a replaced dataset";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("different tokenizer"), std::string::npos) << e.what();
     }
 }

@@ -249,6 +249,10 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& t
     return std::make_unique<BpeTokenizer>(std::move(proto));
 }
 
+bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
+    return a.kind() == b.kind() && a.serialize() == b.serialize();
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized) {
     if (kind == "byte") return make_byte_tokenizer();
     if (kind == "bpe") return std::make_unique<BpeTokenizer>(serialized);

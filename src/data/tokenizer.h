@@ -30,6 +30,9 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // Throws dqt::Error when vocab_size does not fit the texts (too small or too large).
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& texts, int vocab_size, int threads);
 
+// The same kind and the same serialized bytes: the two map text to the same ids.
+bool same_tokenizer(const Tokenizer& a, const Tokenizer& b);
+
 // Rebuilds a tokenizer from kind() and serialize(); dqt::Error for an unknown kind or bad data.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized);
 

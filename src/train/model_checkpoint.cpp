@@ -129,6 +129,15 @@ void check_kind(const CheckpointReader& reader, const std::string& path) {
             "checkpoint " + path + " is not a dqt training checkpoint");
 }
 
+std::unique_ptr<Tokenizer> read_tokenizer(const CheckpointReader& reader, const std::string& path) {
+    require(reader.has("tokenizer"), "checkpoint " + path + " holds no tokenizer");
+    const std::vector<int64_t> blob_shape = reader.shape("tokenizer");
+    require(blob_shape.size() == 1, "checkpoint " + path + ": its tokenizer is malformed");
+    std::string blob(static_cast<size_t>(blob_shape[0]), '\0');
+    reader.read("tokenizer", "u8", blob_shape, blob.data(), blob.size());
+    return load_tokenizer(reader.meta().value("tokenizer_kind", ""), blob);
+}
+
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
@@ -170,13 +179,16 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     loaded.step = reader.meta().value("step", 0);
     loaded.model = std::make_unique<ModelParameters>(loaded.options.model, loaded.options.method);
     read_parameters(reader, *loaded.model);
-    const std::vector<int64_t> blob_shape = reader.shape("tokenizer");
-    std::string blob(static_cast<size_t>(blob_shape.at(0)), '\0');
-    reader.read("tokenizer", "u8", blob_shape, blob.data(), blob.size());
-    loaded.tokenizer = load_tokenizer(reader.meta().value("tokenizer_kind", ""), blob);
+    loaded.tokenizer = read_tokenizer(reader, path);
     require(loaded.tokenizer->vocab_size() == loaded.options.model.vocab_size,
             "checkpoint " + path + ": tokenizer vocabulary does not match the model's vocab_size");
     return loaded;
+}
+
+std::unique_ptr<Tokenizer> read_checkpoint_tokenizer(const std::string& path) {
+    CheckpointReader reader(path);
+    check_kind(reader, path);
+    return read_tokenizer(reader, path);
 }
 
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {

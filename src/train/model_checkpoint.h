@@ -35,5 +35,7 @@ LoadedModel load_model_checkpoint(const std::string& path);
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);
 // Options stored in a checkpoint.
 TrainOptions read_checkpoint_options(const std::string& path);
+// The tokenizer a checkpoint's run trained with.
+std::unique_ptr<Tokenizer> read_checkpoint_tokenizer(const std::string& path);
 
 }  // namespace dqt

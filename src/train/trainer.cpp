@@ -91,6 +91,11 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
             "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
                 std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
                 std::to_string(data.tokenizer->vocab_size()));
+    if (control.resume) {
+        require(same_tokenizer(*data.tokenizer, *read_checkpoint_tokenizer(checkpoint_path)),
+                "cannot resume: the dataset " + options.data_dir +
+                    " now uses a different tokenizer than the run trained with (was the folder replaced?)");
+    }
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
 
