@@ -29,6 +29,12 @@ runs=(
   "dqt-1.58-lr4e-3|--method dqt --bits 1.58 --lr 4e-3"
   "dqt-1.58-init0.06|--method dqt --bits 1.58 --init-std 0.06"
   "bitnet-init0.04|--method bitnet --init-std 0.04"
+  "dqt-1.58-learned|--method dqt --bits 1.58 --dqt-scale learned"
+  "dqt-1.58-learned-b0.98|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98"
+  "dqt-1.58-learned-b0.99|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.99"
+  "bitnet-b0.98|--method bitnet --beta1 0.98"
+  "dqt-1.58-b0.98|--method dqt --bits 1.58 --beta1 0.98"
+  "dqt-1.58-learned-b0.98-lr3e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
 )
 root=runs/codes
 mkdir -p "$root"
@@ -52,4 +58,6 @@ for ((i = 0; i < ${#pending[@]}; i += 2)); do
 done
 /usr/bin/python3 scripts/plot_code_dynamics.py docs/img/ternary_code_dynamics.png \
   "$root/dqt-1.58" "$root/bitnet" "$root/dqt-1.58-init0.04" "$root/dqt-1.58-wd0" "$root/dqt-1.58-lr1e-3" \
-  "$root/dqt-1.58-lr4e-3" "$root/dqt-1.58-init0.06" "$root/bitnet-init0.04"
+  "$root/dqt-1.58-lr4e-3" "$root/dqt-1.58-init0.06" "$root/bitnet-init0.04" "$root/dqt-1.58-learned" \
+  "$root/dqt-1.58-learned-b0.98" "$root/dqt-1.58-learned-b0.99" "$root/bitnet-b0.98" "$root/dqt-1.58-b0.98" \
+  "$root/dqt-1.58-learned-b0.98-lr3e-3"

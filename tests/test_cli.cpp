@@ -135,6 +135,15 @@ TEST(Cli, ResumeRejectsChangedSettings) {
     expect_one_line_error(run_dqt("train --out " + out + " --resume --lr 0.5 --quiet"), "--lr cannot be combined");
     const CommandResult resumed = run_dqt("train --out " + out + " --resume --quiet --no-sample");
     EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    // Resuming the finished run changes nothing (it appended the final eval and memory lines
+    // to metrics.jsonl a second time).
+    const std::string metrics = read_bytes(out + "/metrics.jsonl");
+    const std::string checkpoint = read_bytes(out + "/checkpoint.dqt");
+    const CommandResult again = run_dqt("train --out " + out + " --resume --no-sample");
+    EXPECT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_NE(again.output.find("already finished its 6 steps"), std::string::npos) << again.output;
+    EXPECT_TRUE(read_bytes(out + "/metrics.jsonl") == metrics);
+    EXPECT_TRUE(read_bytes(out + "/checkpoint.dqt") == checkpoint);
 }
 
 // A run folder that holds a checkpoint is not started over by accident (a 30-step checkpoint was

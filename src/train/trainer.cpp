@@ -133,6 +133,18 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     TrainingPosition position;
     if (control.resume) {
         position = load_training_state(checkpoint_path, model, adam);
+        if (position.step >= options.steps) {
+            // Nothing to train: leave the folder as it is (an end-of-run evaluation and memory
+            // report again would duplicate the last lines of metrics.jsonl).
+            if (writer && !control.quiet) {
+                std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
+                             options.out_dir.c_str(), options.steps);
+            }
+            TrainReport finished;
+            finished.steps_done = position.step;
+            finished.checkpoint_path = checkpoint_path;
+            return finished;
+        }
     } else {
         model.initialize(options.seed);
         if (writer) write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
