@@ -39,13 +39,17 @@ ModelConfig small_config() {
     return c;
 }
 
-// One whole-tensor DQT step with fp32 moments m, v (count each).
+// One whole-tensor DQT step with fp32 moments m, v (count each), its scale gradient summed by
+// the update itself.
 void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments, const AdamWConfig& config, float lr,
               int64_t t, const DqtRounding& rounding) {
     const DqtStep step(tensor, config, lr, t, rounding);
-    const double dot = exact_sum_value(code_gradient_dot(g, tensor.codes, tensor.grid, 0, tensor.count));
-    step.apply(g, moments, 0, tensor.count);
-    step.finish(moments, dot);
+    const ExactSum reference_dot = code_gradient_dot(g, tensor.codes, tensor.grid, 0, tensor.count);
+    ExactSum dot = 0;
+    step.apply(g, moments, 0, tensor.count, &dot);
+    // The update's own sum (a learned scale) is the standalone one's, bit for bit.
+    if (rounding.scale_rule == ScaleRule::learned) EXPECT_TRUE(dot == reference_dot);
+    step.finish(moments, exact_sum_value(dot));
 }
 
 MethodConfig dqt_method(int bits) {

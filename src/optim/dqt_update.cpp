@@ -15,9 +15,10 @@ using UpdateConstants = DqtStep::Constants;
 // Elements [first, last) (first a multiple of 4; g, m, v point at element first) in blocks:
 // codes decoded into a small array, the arithmetic in a loop that vectorises, codes written
 // back. A range holds whole packed bytes, so no two threads touch the same byte.
+// With dot (a learned scale), also adds sum g_i q_i of the old codes (optim/scale_gradient.h).
 template <typename Moment>
 inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, size_t first,
-                         size_t last) {
+                         size_t last, ExactSum* dot) {
     constexpr size_t kBlock = 256;
     const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
     const float inv_old_scale = 1.0f / k.old_scale;
@@ -35,6 +36,11 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
         const float* g_block = g + (begin - first);
         Moment* m_block = m + (begin - first);
         Moment* v_block = v + (begin - first);
+        if (dot) {
+            int64_t block_sum = 0;  // kBlock terms of at most 2^52 each fit
+            for (size_t i = 0; i < n; ++i) block_sum += exact_term(static_cast<double>(g_block[i]) * q[i]);
+            *dot += block_sum;
+        }
         for (size_t i = 0; i < n; ++i) {
             const float m_i = k.b1 * load_moment(m_block, i) + (1.0f - k.b1) * g_block[i];
             const float v_i = k.b2 * load_moment(v_block, i) + (1.0f - k.b2) * g_block[i] * g_block[i];
@@ -50,20 +56,20 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
 
 // Cloned for AVX-512 / AVX2, where floor, nearbyint and sqrt are single instructions.
 DQT_TARGET_CLONES void update_range_f32(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v,
-                                        size_t first, size_t last) {
-    update_range(k, codes, g, m, v, first, last);
+                                        size_t first, size_t last, ExactSum* dot) {
+    update_range(k, codes, g, m, v, first, last, dot);
 }
 DQT_TARGET_CLONES void update_range_bf16(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m,
-                                         uint16_t* v, size_t first, size_t last) {
-    update_range(k, codes, g, m, v, first, last);
+                                         uint16_t* v, size_t first, size_t last, ExactSum* dot) {
+    update_range(k, codes, g, m, v, first, last, dot);
 }
 void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v, size_t first,
-                      size_t last) {
-    update_range_f32(k, codes, g, m, v, first, last);
+                      size_t last, ExactSum* dot) {
+    update_range_f32(k, codes, g, m, v, first, last, dot);
 }
 void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m, uint16_t* v,
-                      size_t first, size_t last) {
-    update_range_bf16(k, codes, g, m, v, first, last);
+                      size_t first, size_t last, ExactSum* dot) {
+    update_range_bf16(k, codes, g, m, v, first, last, dot);
 }
 
 }  // namespace
@@ -91,9 +97,11 @@ DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr,
     k_.tensor_id = tensor.tensor_id;
 }
 
-void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t last) const {
+void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t last,
+                    ExactSum* code_gradient_dot) const {
+    ExactSum* dot = k_.learned_scale ? code_gradient_dot : nullptr;
     for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
-        update_range_any(k_, tensor_.codes, g + (block_first - first), m, v, block_first, block_last);
+        update_range_any(k_, tensor_.codes, g + (block_first - first), m, v, block_first, block_last, dot);
     });
 }
 

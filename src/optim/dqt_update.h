@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/exact_sum.h"
 #include "model/method.h"
 #include "optim/adamw.h"
 #include "optim/optimizer_state.h"
@@ -43,7 +44,10 @@ class DqtStep {
 public:
     DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr, int64_t t, const DqtRounding& rounding);
     // Elements [first, last), first a multiple of 4; g points at element first; moments of any storage.
-    void apply(const float* g, TensorMoments& moments, size_t first, size_t last) const;
+    // Under the learned rule, code_gradient_dot (if given) gains sum g_i q_i over the range, at
+    // the old codes: the same bits as code_gradient_dot() of optim/scale_gradient.h.
+    void apply(const float* g, TensorMoments& moments, size_t first, size_t last,
+               ExactSum* code_gradient_dot = nullptr) const;
     // code_gradient_dot: sum_i g_i q_i over the whole tensor with the pre-update codes (used by
     // the learned rule, which also updates moments.scale_moments).
     void finish(TensorMoments& moments, double code_gradient_dot) const;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "optim/scale_gradient.h"
-
 namespace dqt {
 
 static_assert(kGradientPieceAlign % kStateBlock == 0, "gradient pieces must hold whole 8-bit state blocks");
@@ -15,18 +13,14 @@ TensorUpdate::TensorUpdate(ModelParameters& model, const ParamTensor& tensor, Op
         const CodedTensor coded{model.code(tensor), &model.scale(tensor), tensor.count(), model.method.grid,
                                 tensor.tensor_id};
         dqt_.emplace(coded, config, lr, t, DqtRounding{model.method.rounding, seed, model.method.scale_rule});
-        if (model.method.scale_rule == ScaleRule::learned) codes_ = coded.codes;
-        grid_ = coded.grid;
     } else {
         adamw_.emplace(config, lr, t, tensor.is_matrix());
     }
 }
 
 void TensorUpdate::apply(const float* g, size_t first, size_t last) {
-    // Before the codes of the range move: the scale's gradient is taken at the old codes.
-    if (codes_) code_gradient_dot_ += dqt::code_gradient_dot(g, codes_, grid_, first, last);
     if (dqt_) {
-        dqt_->apply(g, moments_, first, last);
+        dqt_->apply(g, moments_, first, last, &code_gradient_dot_);
     } else {
         adamw_->apply(values_, g, moments_, first, last);
     }

@@ -30,8 +30,6 @@ public:
 
 private:
     float* values_;  // fp32 tensors
-    const uint8_t* codes_ = nullptr;  // dqt tensors with a learned scale
-    CodeGrid grid_;
     TensorMoments& moments_;
     std::optional<AdamWStep> adamw_;
     std::optional<DqtStep> dqt_;
