@@ -70,6 +70,10 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-clip inf"), "--grad-clip must be a finite");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --threads -3"), "--threads must be 0 (one per core)");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --threads 10000"), "--threads 10000 is more than the");
+    // Sizes beyond the machine or the data: they allocated gigabytes and died in std::bad_alloc.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 2000000000"), "GiB of memory");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-accum 2000000000"),
+                          "is more than the whole training split");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");

@@ -31,6 +31,8 @@ void memory_reset_peaks();
 int64_t peak_rss_bytes();
 // Current resident set size (VmRSS), in bytes.
 int64_t current_rss_bytes();
+// The machine's physical memory, in bytes: what a request is checked against before allocating.
+int64_t physical_memory_bytes();
 
 // RAII owner of one accounted, aligned, zeroed allocation. Movable, not copyable.
 class Buffer {

@@ -98,6 +98,17 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     }
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
+    // Sizes checked against what can work before anything is allocated.
+    require(options.tokens_per_step() <= static_cast<int64_t>(data.train.token_count()),
+            "a step of " + std::to_string(options.tokens_per_step()) + " tokens (--batch x --grad-accum x seq_len) is " +
+                "more than the whole training split of " + options.data_dir + " (" +
+                std::to_string(data.train.token_count()) + " tokens): lower --batch or --grad-accum");
+    const double weight_gib = 4.0 * static_cast<double>(options.model.parameter_count()) / (1 << 30);
+    const double machine_gib = static_cast<double>(physical_memory_bytes()) / (1 << 30);
+    require(weight_gib <= machine_gib, "the model has " + std::to_string(options.model.parameter_count()) +
+                                           " parameters, " + std::to_string(static_cast<int64_t>(weight_gib)) +
+                                           " GiB in fp32 alone, more than this machine's " +
+                                           std::to_string(static_cast<int64_t>(machine_gib)) + " GiB of memory");
 
     // Data parallel: every rank builds the same model; rank 0 alone writes files and prints.
     Communicator& comm = world();
