@@ -79,13 +79,13 @@ DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr,
     : tensor_(tensor) {
     const CodeGrid grid = tensor.grid;
     const float old_scale = *tensor.scale;
-    const int top = rounding.scale_rule == ScaleRule::reference ? max_code(tensor.codes, tensor.count, grid) : 0;
+    k_.learned_scale = rounding.scale_rule == ScaleRule::learned;
+    // The learned rule rounds in the old grid: no top code to look for.
+    const int top = k_.learned_scale ? 0 : max_code(tensor.codes, tensor.count, grid);
     const AdamBias bias(config, t);
     k_.grid = grid;
     k_.old_scale = old_scale;
-    k_.learned_scale = rounding.scale_rule == ScaleRule::learned;
-    k_.new_scale = !k_.learned_scale && top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top)
-                                                : old_scale;
+    k_.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
     k_.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
     k_.keep = 1.0f - lr * config.weight_decay;
     k_.b1 = config.beta1;

@@ -6,10 +6,10 @@
 #include <optional>
 #include <vector>
 
+#include "core/exact_sum.h"
 #include "model/gradient_sink.h"
 #include "model/parameters.h"
 #include "optim/adamw.h"
-#include "core/exact_sum.h"
 #include "optim/dqt_update.h"
 #include "optim/optimizer_state.h"
 

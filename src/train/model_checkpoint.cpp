@@ -158,14 +158,17 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
     save_checkpoint(path, meta, tensors);
 }
 
-TrainOptions read_checkpoint_options(const std::string& path) {
+CheckpointRun read_checkpoint_run(const std::string& path) {
     CheckpointReader reader(path);
     check_kind(reader, path);
-    TrainOptions options = reader.meta().at("options").get<TrainOptions>();
-    options.model.validate();
-    options.method.validate();
-    check_parameters_match_options(reader, options, path);
-    return options;
+    CheckpointRun run;
+    run.options = reader.meta().at("options").get<TrainOptions>();
+    run.options.model.validate();
+    run.options.method.validate();
+    check_parameters_match_options(reader, run.options, path);
+    run.tokenizer = read_tokenizer(reader, path);
+    run.step = reader.meta().value("step", 0);
+    return run;
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {
@@ -183,12 +186,6 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     require(loaded.tokenizer->vocab_size() == loaded.options.model.vocab_size,
             "checkpoint " + path + ": tokenizer vocabulary does not match the model's vocab_size");
     return loaded;
-}
-
-std::unique_ptr<Tokenizer> read_checkpoint_tokenizer(const std::string& path) {
-    CheckpointReader reader(path);
-    check_kind(reader, path);
-    return read_tokenizer(reader, path);
 }
 
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {

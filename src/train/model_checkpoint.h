@@ -33,9 +33,13 @@ LoadedModel load_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
 // config (resume); returns where the run stood.
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);
-// Options stored in a checkpoint.
-TrainOptions read_checkpoint_options(const std::string& path);
-// The tokenizer a checkpoint's run trained with.
-std::unique_ptr<Tokenizer> read_checkpoint_tokenizer(const std::string& path);
+// What a resume needs to know before it allocates anything, from one read of the file: the
+// run's options (checked against the stored tensors), its tokenizer and the steps done.
+struct CheckpointRun {
+    TrainOptions options;
+    std::unique_ptr<Tokenizer> tokenizer;
+    int step = 0;
+};
+CheckpointRun read_checkpoint_run(const std::string& path);
 
 }  // namespace dqt

@@ -20,10 +20,10 @@
 #include "dist/sharded_state.h"
 #include "infer/evaluate.h"
 #include "io/atomic_file.h"
+#include "io/folder_lock.h"
 #include "model/llama.h"
 #include "optim/schedule.h"
 #include "train/memory_report.h"
-#include "io/folder_lock.h"
 #include "train/code_dynamics.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
@@ -78,10 +78,12 @@ std::string metrics_path_in(const std::string& out_dir) { return out_dir + "/met
 TrainReport run_training(const TrainOptions& requested, const RunControl& control) {
     TrainOptions options = requested;
     const std::string checkpoint_path = checkpoint_path_in(options.out_dir);
+    std::optional<CheckpointRun> checkpoint_run;
     if (control.resume) {
         require(std::filesystem::exists(checkpoint_path),
                 "cannot resume: no checkpoint at " + checkpoint_path + " (start the run without --resume)");
-        options = read_checkpoint_options(checkpoint_path);
+        checkpoint_run = read_checkpoint_run(checkpoint_path);
+        options = checkpoint_run->options;
         options.out_dir = requested.out_dir;
     }
     Dataset data = open_dataset(options.data_dir);
@@ -91,10 +93,22 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
             "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
                 std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
                 std::to_string(data.tokenizer->vocab_size()));
-    if (control.resume) {
-        require(same_tokenizer(*data.tokenizer, *read_checkpoint_tokenizer(checkpoint_path)),
+    if (checkpoint_run) {
+        require(same_tokenizer(*data.tokenizer, *checkpoint_run->tokenizer),
                 "cannot resume: the dataset " + options.data_dir +
                     " now uses a different tokenizer than the run trained with (was the folder replaced?)");
+        if (checkpoint_run->step >= options.steps) {
+            // Nothing to train: leave the folder as it is (an end-of-run evaluation and memory
+            // report again would duplicate the last lines of metrics.jsonl).
+            if (world().is_root() && !control.quiet) {
+                std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
+                             options.out_dir.c_str(), options.steps);
+            }
+            TrainReport finished;
+            finished.steps_done = checkpoint_run->step;
+            finished.checkpoint_path = checkpoint_path;
+            return finished;
+        }
     }
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
@@ -144,18 +158,6 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     TrainingPosition position;
     if (control.resume) {
         position = load_training_state(checkpoint_path, model, adam);
-        if (position.step >= options.steps) {
-            // Nothing to train: leave the folder as it is (an end-of-run evaluation and memory
-            // report again would duplicate the last lines of metrics.jsonl).
-            if (writer && !control.quiet) {
-                std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
-                             options.out_dir.c_str(), options.steps);
-            }
-            TrainReport finished;
-            finished.steps_done = position.step;
-            finished.checkpoint_path = checkpoint_path;
-            return finished;
-        }
     } else {
         model.initialize(options.seed);
         if (writer) write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
