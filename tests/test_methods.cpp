@@ -48,7 +48,9 @@ void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments,
     ExactSum dot = 0;
     step.apply(g, moments, 0, tensor.count, &dot);
     // The update's own sum (a learned scale) is the standalone one's, bit for bit.
-    if (rounding.scale_rule == ScaleRule::learned) EXPECT_TRUE(dot == reference_dot);
+    if (rounding.scale_rule == ScaleRule::learned) {
+        EXPECT_TRUE(dot == reference_dot);
+    }
     step.finish(moments, exact_sum_value(dot));
 }
 
@@ -62,7 +64,7 @@ MethodConfig dqt_method(int bits) {
 }  // namespace
 
 // Five DQT steps on one tensor with fresh random codes and gradients: every code, the scale
-// and the moments equal a float64 implementation of SPEC.md's update fed the same uniforms,
+// and the moments equal a float64 implementation of the update of docs/METHOD.md section 2 fed the same uniforms,
 // under both scale rules. A code may differ only where x sits within float rounding of its
 // rounding threshold.
 TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {

@@ -176,11 +176,18 @@ TEST_P(TrainMethod, LossFallsBelowUnigram) {
     const TrainReport report = run_training(o, quiet_control());
     const double unigram = unigram_entropy_nats(Shard(o.data_dir + "/val.bin"));
     if (GetParam().method.rounding == Rounding::nearest) {
-        // The ablation: updates below half a grid step are lost, so it is allowed to stall.
-        EXPECT_TRUE(std::isfinite(report.val_loss));
+        // The ablation's property: updates below half a grid step are lost, so nearest rounding
+        // stays above the same run with stochastic rounding (measured: 1.883 against 1.720 in
+        // the Release build, 1.893 against 1.734 in the ASan build).
+        TrainOptions stochastic = options(run / "stochastic");
+        stochastic.steps = o.steps;
+        stochastic.method.rounding = Rounding::stochastic;
+        const TrainReport stochastic_report = run_training(stochastic, quiet_control());
+        EXPECT_GT(report.val_loss, stochastic_report.val_loss + 0.1)
+            << "nearest " << report.val_loss << ", stochastic " << stochastic_report.val_loss;
     } else if (GetParam().method.quantize_head) {
         // A dqt head keeps the absmean range of its initial values (|W| <= mean|W0|, about
-        // 0.016; SPEC.md section 2), so on this 32-wide model its logits stay flat and only the
+        // 0.016; docs/METHOD.md section 2), so on this 32-wide model its logits stay flat and only the
         // output norm's gain can sharpen them: it learns, slowly.
         EXPECT_LT(report.val_loss, std::log(256.0) - 1.0);
     } else {

@@ -3,12 +3,33 @@
 // "dqt: error: <message>" on one line with a non-zero exit: messages name the thing and the fix.
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace dqt {
 
 struct Error : std::runtime_error {
     explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
+
+// A name or value read from a file, fit for a one-line message: in single quotes, bytes outside
+// printable ASCII written as \xNN, and cut after `shown` characters ("..." marks the cut), so
+// that a crafted file cannot make a message span lines or pages.
+inline std::string quote_untrusted(std::string_view text, size_t shown = 60) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out = "'";
+    for (size_t i = 0; i < text.size() && i < shown; ++i) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if (byte >= 0x20 && byte < 0x7f) {
+            out += static_cast<char>(byte);
+        } else {
+            out += "\\x";
+            out += kHex[byte >> 4];
+            out += kHex[byte & 15];
+        }
+    }
+    out += text.size() > shown ? "'..." : "'";
+    return out;
+}
 
 // Throws dqt::Error(message) when condition is false. For input validation, not internal bugs.
 inline void require(bool condition, const std::string& message) {

@@ -180,6 +180,7 @@ void Shard::read(size_t offset, size_t count, int32_t* out) const {
         throw Error("shard " + path_ + ": read of tokens [" + std::to_string(offset) + ", " +
                     std::to_string(offset + count) + ") past its " + std::to_string(token_count_) + " tokens");
     }
+    if (count == 0) return;  // an empty shard has no payload to copy from
     if (bytes_per_token_ == 4) {
         std::memcpy(out, static_cast<const int32_t*>(payload_) + offset, count * sizeof(int32_t));
         return;

@@ -63,7 +63,7 @@ class BpeTokenizer final : public Tokenizer {
 public:
     explicit BpeTokenizer(std::string model_proto) : proto_(std::move(model_proto)) {
         const auto status = processor_.LoadFromSerializedProto(proto_);
-        require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + status.ToString() +
+        require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + quote_untrusted(status.ToString(), 120) +
                                  "): re-create the dataset with `dqt data`");
         const int vocab = processor_.GetPieceSize();
         for (int byte = 0; byte < 256; ++byte) {
@@ -90,6 +90,12 @@ public:
             id_bytes_[id].append(piece);
         }
         for (int byte = 0; byte < 256; ++byte) id_bytes_[byte_ids_[byte]] = std::string(1, static_cast<char>(byte));
+        // A model from elsewhere, or a crafted one, may normalise text or hold pieces that
+        // decode differently from what encoding matched: it must give back a probe text exactly.
+        constexpr std::string_view probe = "Fellow  citizens,\n\t1790 caf\xc3\xa9 \xf0\x9f\x99\x82 \xff end. ";
+        require(decode(encode(probe)) == probe,
+                "bpe tokenizer does not give back the text it encodes (normalisation or pieces changed: not made by "
+                "dqt): re-create the dataset with `dqt data`");
     }
 
     std::vector<int32_t> encode(std::string_view text) const override {
@@ -256,7 +262,7 @@ bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized) {
     if (kind == "byte") return make_byte_tokenizer();
     if (kind == "bpe") return std::make_unique<BpeTokenizer>(serialized);
-    throw Error("unknown tokenizer kind '" + kind + "' (expected byte or bpe): the file was not written by this dqt");
+    throw Error("unknown tokenizer kind " + quote_untrusted(kind) + " (expected byte or bpe): the file was not written by this dqt");
 }
 
 void save_tokenizer_file(const std::string& path, const Tokenizer& tokenizer) {

@@ -212,14 +212,14 @@ std::vector<int8_t> decode_codes(const GgufReader& reader, const GgufReader::Ten
                 float value;
                 std::memcpy(&value, data.data() + 4 * i, 4);
                 if (value != std::nearbyint(value) || value < -128.0f || value > 127.0f)
-                    throw Error("GGUF file " + reader.path() + ": " + info.name + " should hold integer codes");
+                    throw Error("GGUF file " + reader.path() + ": " + quote_untrusted(info.name) + " should hold integer codes");
                 codes[i] = static_cast<int8_t>(value);
             }
             return codes;
         }
         case GgmlType::f16: break;
     }
-    throw Error("GGUF file " + reader.path() + ": " + info.name + " has a type that cannot hold codes");
+    throw Error("GGUF file " + reader.path() + ": " + quote_untrusted(info.name) + " has a type that cannot hold codes");
 }
 
 std::vector<float> decode_floats(const GgufReader& reader, const GgufReader::TensorInfo& info, size_t count) {
@@ -234,7 +234,7 @@ std::vector<float> decode_floats(const GgufReader& reader, const GgufReader::Ten
             values[i] = f16_to_float(half);
         }
     } else {
-        throw Error("GGUF file " + reader.path() + ": " + info.name + " should be F32 or F16, it is " +
+        throw Error("GGUF file " + reader.path() + ": " + quote_untrusted(info.name) + " should be F32 or F16, it is " +
                     ggml_type_name(info.type));
     }
     return values;
@@ -345,7 +345,7 @@ ImportedGguf import_gguf(const std::string& path) {
         c = nlohmann::json::parse(reader.string("dqt.model")).get<ModelConfig>();
         method = nlohmann::json::parse(reader.string("dqt.method")).get<MethodConfig>();
     } catch (const nlohmann::json::exception& e) {
-        throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + e.what() + ")");
+        throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + quote_untrusted(e.what(), 120) + ")");
     }
     // No dataset unless the export named one: `dqt eval` then asks for --data.
     imported.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float16.h"
 #include "core/memory.h"
 #include "infer/inference_model.h"
 #include "kernels/int8_rows.h"
@@ -43,7 +44,7 @@ struct KvCache {
     int length = 0;      // positions filled
     // Per layer, of the cache's type (the other pair stays empty), category activations:
     std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 64, D, 64), (Hkv, max_seq, D) + slack
-    std::vector<Array<_Float16>> keys_f16, values_f16;
+    std::vector<Array<Float16>> keys_f16, values_f16;
     KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;
 };

@@ -184,10 +184,11 @@ CheckpointReader::CheckpointReader(const std::string& path)
                     field("crc32").is_number_unsigned(),
                 where + "tensor table entry has a field of the wrong type (file is corrupt)");
         const std::string name = field("name").get<std::string>();
-        const std::string bad = where + "tensor " + name + ": ";
-        require(!name.empty() && !tensors_.count(name), where + "empty or duplicate tensor name '" + name + "'");
+        const std::string bad = where + "tensor " + quote_untrusted(name) + ": ";
+        require(!name.empty() && !tensors_.count(name), where + "empty or duplicate tensor name " + quote_untrusted(name));
         Entry entry;
         entry.dtype = field("dtype").get<std::string>();
+        require(field("shape").size() <= 8, bad + "has more than 8 dimensions (file is corrupt)");
         for (const json& dim : field("shape")) {
             require(dim.is_number_unsigned(), bad + "shape is not a list of non-negative integers (file is corrupt)");
             entry.shape.push_back(dim.get<int64_t>());
@@ -195,7 +196,7 @@ CheckpointReader::CheckpointReader(const std::string& path)
         entry.offset = field("offset").get<uint64_t>();
         entry.nbytes = field("nbytes").get<uint64_t>();
         const size_t element_size = dtype_size(entry.dtype);
-        require(element_size != 0, bad + "unknown dtype '" + entry.dtype + "' (written by a newer dqt?)");
+        require(element_size != 0, bad + "unknown dtype " + quote_untrusted(entry.dtype) + " (written by a newer dqt?)");
         uint64_t expected = 0;
         require(tensor_bytes(entry.shape, element_size, expected) && expected == entry.nbytes,
                 bad + "byte count does not match its shape (file is corrupt)");

@@ -326,13 +326,13 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
     for (int64_t k = 0; k < metadata_count; ++k) {
         std::string key = in.get_string("a metadata key");
         require(metadata_index_.emplace(key, metadata_.size()).second,
-                "GGUF file " + path + " has the metadata key " + key + " twice");
+                "GGUF file " + path + " has the metadata key " + quote_untrusted(key) + " twice");
         const int32_t raw_type = in.get<int32_t>("a metadata value");
-        require(known_value_type(raw_type), "GGUF file " + path + ": metadata " + key + " has unknown type " +
+        require(known_value_type(raw_type), "GGUF file " + path + ": metadata " + quote_untrusted(key) + " has unknown type " +
                                                 std::to_string(raw_type));
         if (key == kChecksumKey) {
             require(raw_type == static_cast<int32_t>(GgufValueType::uint32),
-                    "GGUF file " + path + ": " + key + " must be a u32");
+                    "GGUF file " + path + ": " + quote_untrusted(key) + " must be a u32");
             checksum_slot = in.position();
         }
         GgufValue value;
@@ -340,11 +340,11 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
         if (value.type == GgufValueType::array) {
             const int32_t element = in.get<int32_t>("a metadata array");
             require(known_value_type(element) && element != static_cast<int32_t>(GgufValueType::array),
-                    "GGUF file " + path + ": metadata " + key + " has an unknown array element type");
+                    "GGUF file " + path + ": metadata " + quote_untrusted(key) + " has an unknown array element type");
             value.element_type = static_cast<GgufValueType>(element);
             const uint64_t count = in.get<uint64_t>("a metadata array");
             require(count <= in.remaining() / scalar_size(value.element_type),
-                    "GGUF file " + path + " is truncated: metadata array " + key + " runs past its end");
+                    "GGUF file " + path + " is truncated: metadata array " + quote_untrusted(key) + " runs past its end");
             value.value = nlohmann::json::array();
             for (uint64_t i = 0; i < count; ++i) value.value.push_back(in.get_scalar(value.element_type, "a metadata array"));
         } else {
@@ -363,13 +363,13 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
         TensorInfo info;
         info.name = in.get_string("a tensor name");
         require(tensor_index_.emplace(info.name, tensors_.size()).second,
-                "GGUF file " + path + " has the tensor " + info.name + " twice");
+                "GGUF file " + path + " has the tensor " + quote_untrusted(info.name) + " twice");
         const uint32_t dims = in.get<uint32_t>("a tensor shape");
-        require(dims >= 1 && dims <= 4, "GGUF file " + path + ": tensor " + info.name + " has " + std::to_string(dims) +
+        require(dims >= 1 && dims <= 4, "GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " has " + std::to_string(dims) +
                                             " dimensions (1 to 4 allowed)");
         for (uint32_t d = 0; d < dims; ++d) {
             const int64_t n = in.get<int64_t>("a tensor shape");
-            require(n >= 0 && n < (int64_t{1} << 40), "GGUF file " + path + ": tensor " + info.name + " has an impossible shape");
+            require(n >= 0 && n < (int64_t{1} << 40), "GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " has an impossible shape");
             info.ne.push_back(n);
         }
         const int32_t type = in.get<int32_t>("a tensor type");
@@ -380,12 +380,12 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
             case GgmlType::tq1_0:
             case GgmlType::tq2_0: break;
             default:
-                throw Error("GGUF file " + path + ": tensor " + info.name + " has type " + std::to_string(type) +
+                throw Error("GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " has type " + std::to_string(type) +
                             ", which dqt does not read (it reads F32, F16, Q8_0, TQ1_0 and TQ2_0)");
         }
         info.type = static_cast<GgmlType>(type);
         require(info.ne[0] % ggml_block_size(info.type) == 0,
-                "GGUF file " + path + ": tensor " + info.name + " has rows of " + std::to_string(info.ne[0]) +
+                "GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " has rows of " + std::to_string(info.ne[0]) +
                     " elements, not a multiple of its " + ggml_type_name(info.type) + " block");
         info.bytes = ggml_tensor_bytes(info.type, info.ne);
         info.offset = in.get<uint64_t>("a tensor offset");
@@ -394,12 +394,12 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
     const uint64_t data_start = pad_to(in.position(), alignment);
     uint64_t expected = 0;
     for (TensorInfo& info : tensors_) {
-        require(info.offset == expected, "GGUF file " + path + ": tensor " + info.name + " is at offset " +
+        require(info.offset == expected, "GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " is at offset " +
                                              std::to_string(info.offset) + ", expected " + std::to_string(expected));
         expected += pad_to(info.bytes, alignment);
         info.offset += data_start;
         require(info.offset + info.bytes <= size,
-                "GGUF file " + path + " is truncated: the data of tensor " + info.name + " runs past its end");
+                "GGUF file " + path + " is truncated: the data of tensor " + quote_untrusted(info.name) + " runs past its end");
     }
     if (checksum_slot) {
         const uint32_t stored = find(kChecksumKey)->value.get<uint32_t>();
@@ -422,8 +422,8 @@ namespace {
 
 const GgufValue& typed(const GgufReader& reader, const std::string& key, GgufValueType type, const char* type_name) {
     const GgufValue* value = reader.find(key);
-    require(value != nullptr, "GGUF file " + reader.path() + " lacks the metadata key " + key);
-    require(value->type == type, "GGUF file " + reader.path() + ": metadata " + key + " is not a " + type_name);
+    require(value != nullptr, "GGUF file " + reader.path() + " lacks the metadata key " + quote_untrusted(key));
+    require(value->type == type, "GGUF file " + reader.path() + ": metadata " + quote_untrusted(key) + " is not a " + type_name);
     return *value;
 }
 
@@ -445,7 +445,7 @@ std::vector<uint8_t> GgufReader::read(const TensorInfo& tensor) const {
     std::vector<uint8_t> data(tensor.bytes);
     file.seekg(static_cast<std::streamoff>(tensor.offset));
     file.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
-    require(file.good(), "GGUF file " + path_ + " is truncated: cannot read tensor " + tensor.name);
+    require(file.good(), "GGUF file " + path_ + " is truncated: cannot read tensor " + quote_untrusted(tensor.name));
     return data;
 }
 

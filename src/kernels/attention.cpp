@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -322,7 +323,7 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
 [[gnu::always_inline]] inline void load_tile(Vec& tile, const float* p) { std::memcpy(&tile, p, sizeof tile); }
 
 // Not always_inline: decode_head_of is generic code; decode_head_f16_v4 flattens it in.
-__attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const _Float16* p) {
+__attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const Float16* p) {
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     std::memcpy(&tile, &wide, sizeof tile);
 }
@@ -382,30 +383,48 @@ void decode_head(float* out, const float* q, const float* key_tiles, const float
 // The fp16 cache read in place. Compiled for exactly the x86-64-v4 clone of decode_head and
 // taken only where that clone runs: the same instructions after the widening, the same bits.
 __attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float* out, const float* q,
-                                                                          const _Float16* key_tiles, const _Float16* v,
+                                                                          const Float16* key_tiles, const Float16* v,
                                                                           ptrdiff_t v_row_stride, int pos, int head_dim,
                                                                           float scale, float* scores, float* probs) {
     decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
 // out[0, count) = in[0, count) widened from fp16 (exact), 16 at a time where the CPU has
-// AVX-512 or F16C: GCC 12 does not vectorise _Float16 conversions by itself.
-__attribute__((target("avx512f"))) void widen_f16_avx512(const _Float16* in, float* out, size_t count) {
+// AVX-512 or F16C: GCC 12 does not vectorise Float16 conversions by itself.
+__attribute__((target("avx512f"))) void widen_f16_avx512(const Float16* in, float* out, size_t count) {
     size_t i = 0;
     for (; i + 16 <= count; i += 16)
         _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
     for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
 }
 
-__attribute__((target("avx,f16c"))) void widen_f16_f16c(const _Float16* in, float* out, size_t count) {
+__attribute__((target("avx,f16c"))) void widen_f16_f16c(const Float16* in, float* out, size_t count) {
     size_t i = 0;
     for (; i + 8 <= count; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
     for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
 }
 
-void widen_f16(const _Float16* in, float* out, size_t count) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f"), f16c = __builtin_cpu_supports("f16c");
+// F16C is CPUID leaf 1, ECX bit 29, read directly: clang 14's __builtin_cpu_supports lacks the name.
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
+// Whether decode_head_f16_v4 may run. Clang 14 lacks the level's name: its features instead.
+bool cpu_is_x86_64_v4() {
+#if defined(__clang__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi2") && cpu_has_f16c();
+#else
+    return __builtin_cpu_supports("x86-64-v4");
+#endif
+}
+
+void widen_f16(const Float16* in, float* out, size_t count) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f"), f16c = cpu_has_f16c();
     if (avx512) {
         widen_f16_avx512(in, out, count);
     } else if (f16c) {
@@ -529,9 +548,9 @@ void decode_cached_head(float* out, const float* q, const float* key_tiles, cons
 
 // An fp16 cache is read in place by decode_head's own arithmetic where its x86-64-v4 clone
 // runs; elsewhere it is widened into buffers first (the cache is still read at half the bytes).
-void decode_cached_head(float* out, const float* q, const _Float16* key_tiles, const _Float16* values, int pos,
+void decode_cached_head(float* out, const float* q, const Float16* key_tiles, const Float16* values, int pos,
                         int head_dim, float scale, DecodeBuffers& buffers) {
-    static const bool in_place = __builtin_cpu_supports("x86-64-v4");
+    static const bool in_place = cpu_is_x86_64_v4();
     if (in_place) {
         decode_head_f16_v4(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
                            buffers.probs.data());
@@ -576,7 +595,7 @@ void store_keys_and_values(float* keys, int key_stride, float* values, int value
 
 // Cloned: the x86-64-v3/v4 builds convert with F16C instructions, the baseline one in software.
 DQT_TARGET_CLONES
-void store_keys_and_values(_Float16* keys, int key_stride, _Float16* values, int value_stride, const float* k,
+void store_keys_and_values(Float16* keys, int key_stride, Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end) {
     store_keys_and_values_as(keys, key_stride, values, value_stride, k, v, first_pos, count, kv_heads, head_dim,
@@ -589,7 +608,7 @@ void attention_decode(float* out, const float* q, const float* keys, int key_str
                           head_begin, head_end);
 }
 
-void attention_decode(float* out, const float* q, const _Float16* keys, int key_stride, const _Float16* values,
+void attention_decode(float* out, const float* q, const Float16* keys, int key_stride, const Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
     attention_decode_from(out, q, keys, key_stride, values, value_stride, pos, heads, kv_heads, head_dim,
                           head_begin, head_end);
@@ -597,7 +616,7 @@ void attention_decode(float* out, const float* q, const _Float16* keys, int key_
 
 DQT_TARGET_CLONES
 void round_to_f16_in_place(float* x, size_t count) {
-    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<Float16>(x[i]));
 }
 
 }  // namespace dqt

@@ -5,6 +5,8 @@
 // and computed in a fixed order, so results are bit-identical for any thread count.
 #include <cstddef>
 
+#include "core/float16.h"
+
 namespace dqt {
 
 // q (batch, seq, heads, head_dim); k, v (batch, seq, kv_heads, head_dim); heads % kv_heads == 0.
@@ -35,7 +37,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
                         int heads, int kv_heads, int head_dim);
 
 // A KV cache for attention_decode keeps each kv head's keys and values contiguous, as fp32 or
-// fp16 (_Float16, half the bytes a decode step reads). Keys in tiles of kAttentionKeyTile
+// fp16 (Float16, half the bytes a decode step reads). Keys in tiles of kAttentionKeyTile
 // positions, each tile transposed: keys (kv_heads, key_stride / kAttentionKeyTile, head_dim,
 // kAttentionKeyTile), key j of head h, dimension d at [h * head_dim * key_stride +
 // ((j / kAttentionKeyTile) * head_dim + d) * kAttentionKeyTile + j % kAttentionKeyTile]; values
@@ -49,7 +51,7 @@ size_t attention_value_slack();
 void store_keys_and_values(float* keys, int key_stride, float* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end);
-void store_keys_and_values(_Float16* keys, int key_stride, _Float16* values, int value_stride, const float* k,
+void store_keys_and_values(Float16* keys, int key_stride, Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end);
 // x = fp16(x), round to nearest even: what an fp16 cache holds of x.
@@ -61,7 +63,7 @@ void round_to_f16_in_place(float* x, size_t count);
 // same keys and values bit for bit (the same multiply-add chains).
 void attention_decode(float* out, const float* q, const float* keys, int key_stride, const float* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
-void attention_decode(float* out, const float* q, const _Float16* keys, int key_stride, const _Float16* values,
+void attention_decode(float* out, const float* q, const Float16* keys, int key_stride, const Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 
 }  // namespace dqt

@@ -82,7 +82,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                                 "rope_theta", "norm_eps", "init_std", "tie_embeddings"};
     require(j.is_object(), "model config: expected a JSON object");
     for (const auto& [key, value] : j.items()) {
-        require(known.count(key) == 1, "model config: unknown key '" + key + "'");
+        require(known.count(key) == 1, "model config: unknown key " + quote_untrusted(key));
     }
     try {
         if (j.contains("dim")) c.dim = exact_int(j, "dim");
@@ -98,7 +98,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
         if (j.contains("init_std")) c.init_std = j.at("init_std").get<float>();
         if (j.contains("tie_embeddings")) c.tie_embeddings = j.at("tie_embeddings").get<bool>();
     } catch (const nlohmann::json::exception& e) {
-        throw Error(std::string("model config: wrong value type (") + e.what() + ")");
+        throw Error("model config: wrong value type (" + quote_untrusted(e.what(), 120) + ")");
     }
 }
 

@@ -93,7 +93,7 @@ void from_json(const nlohmann::json& j, MethodConfig& c) {
         c.quantize_head = j.at("quantize_head").get<bool>();
         c.compute = parse_compute_dtype(j.at("compute_dtype").get<std::string>());
     } catch (const nlohmann::json::exception& e) {
-        throw Error(std::string("method settings are incomplete or malformed (") + e.what() + ")");
+        throw Error("method settings are incomplete or malformed (" + quote_untrusted(e.what(), 120) + ")");
     }
 }
 

@@ -1,5 +1,7 @@
 #include "train/model_checkpoint.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -124,18 +126,42 @@ void read_moments(const CheckpointReader& reader, const ModelParameters& model, 
     }
 }
 
-void check_kind(const CheckpointReader& reader, const std::string& path) {
-    require(reader.meta().value("kind", "") == kCheckpointKind,
-            "checkpoint " + path + " is not a dqt training checkpoint");
+// The run's metadata as save_training_checkpoint writes it. A field that is missing or of the
+// wrong type (a crafted file, or one from another program) is one line naming the file.
+struct RunMetadata {
+    TrainOptions options;
+    std::string tokenizer_kind;
+    TrainingPosition position;
+};
+
+RunMetadata read_run_metadata(const CheckpointReader& reader, const std::string& path) {
+    const nlohmann::json& meta = reader.meta();
+    const auto kind = meta.find("kind");
+    require(kind != meta.end() && *kind == kCheckpointKind, "checkpoint " + path + " is not a dqt training checkpoint");
+    RunMetadata run;
+    try {
+        run.options = meta.at("options").get<TrainOptions>();
+        run.tokenizer_kind = meta.at("tokenizer_kind").get<std::string>();
+        run.position.step = meta.at("step").get<int>();
+        run.position.previous_grad_norm = meta.at("previous_grad_norm").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("checkpoint " + path + ": its metadata is not what dqt writes (" + quote_untrusted(e.what(), 120) +
+                    "): the file is corrupt");
+    }
+    require(run.position.step >= 0 && std::isfinite(run.position.previous_grad_norm) &&
+                run.position.previous_grad_norm >= 0,
+            "checkpoint " + path + ": its metadata holds a negative step or gradient norm: the file is corrupt");
+    return run;
 }
 
-std::unique_ptr<Tokenizer> read_tokenizer(const CheckpointReader& reader, const std::string& path) {
+std::unique_ptr<Tokenizer> read_tokenizer(const CheckpointReader& reader, const std::string& kind,
+                                          const std::string& path) {
     require(reader.has("tokenizer"), "checkpoint " + path + " holds no tokenizer");
     const std::vector<int64_t> blob_shape = reader.shape("tokenizer");
     require(blob_shape.size() == 1, "checkpoint " + path + ": its tokenizer is malformed");
     std::string blob(static_cast<size_t>(blob_shape[0]), '\0');
     reader.read("tokenizer", "u8", blob_shape, blob.data(), blob.size());
-    return load_tokenizer(reader.meta().value("tokenizer_kind", ""), blob);
+    return load_tokenizer(kind, blob);
 }
 
 }  // namespace
@@ -160,29 +186,29 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
 
 CheckpointRun read_checkpoint_run(const std::string& path) {
     CheckpointReader reader(path);
-    check_kind(reader, path);
+    RunMetadata metadata = read_run_metadata(reader, path);
     CheckpointRun run;
-    run.options = reader.meta().at("options").get<TrainOptions>();
+    run.options = std::move(metadata.options);
     run.options.model.validate();
     run.options.method.validate();
     check_parameters_match_options(reader, run.options, path);
-    run.tokenizer = read_tokenizer(reader, path);
-    run.step = reader.meta().value("step", 0);
+    run.tokenizer = read_tokenizer(reader, metadata.tokenizer_kind, path);
+    run.step = metadata.position.step;
     return run;
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {
     CheckpointReader reader(path);
-    check_kind(reader, path);
+    RunMetadata metadata = read_run_metadata(reader, path);
     LoadedModel loaded;
-    loaded.options = reader.meta().at("options").get<TrainOptions>();
+    loaded.options = std::move(metadata.options);
     loaded.options.model.validate();
     loaded.options.method.validate();
     check_parameters_match_options(reader, loaded.options, path);
-    loaded.step = reader.meta().value("step", 0);
+    loaded.step = metadata.position.step;
     loaded.model = std::make_unique<ModelParameters>(loaded.options.model, loaded.options.method);
     read_parameters(reader, *loaded.model);
-    loaded.tokenizer = read_tokenizer(reader, path);
+    loaded.tokenizer = read_tokenizer(reader, metadata.tokenizer_kind, path);
     require(loaded.tokenizer->vocab_size() == loaded.options.model.vocab_size,
             "checkpoint " + path + ": tokenizer vocabulary does not match the model's vocab_size");
     return loaded;
@@ -190,17 +216,10 @@ LoadedModel load_model_checkpoint(const std::string& path) {
 
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state) {
     CheckpointReader reader(path);
-    check_kind(reader, path);
+    const RunMetadata metadata = read_run_metadata(reader, path);
     read_parameters(reader, model);
     for (const ParamTensor& tensor : model.layout.tensors) read_moments(reader, model, tensor, state.of(tensor));
-    TrainingPosition position;
-    try {
-        position.step = reader.meta().at("step").get<int>();
-        position.previous_grad_norm = reader.meta().at("previous_grad_norm").get<double>();
-    } catch (const nlohmann::json::exception&) {
-        throw Error("checkpoint " + path + ": step or previous_grad_norm missing from its metadata");
-    }
-    return position;
+    return metadata.position;
 }
 
 }  // namespace dqt

@@ -90,7 +90,7 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.checkpoint_every = j.at("checkpoint_every").get<int>();
         o.seed = j.at("seed").get<uint64_t>();
     } catch (const nlohmann::json::exception& e) {
-        throw Error(std::string("training options in checkpoint are incomplete or malformed (") + e.what() + ")");
+        throw Error("training options in checkpoint are incomplete or malformed (" + quote_untrusted(e.what(), 120) + ")");
     }
 }
 

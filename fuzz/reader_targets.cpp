@@ -1,0 +1,251 @@
+#include "reader_targets.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "export/gguf_model.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "train/model_checkpoint.h"
+
+namespace dqt::fuzz {
+namespace {
+
+// A message longer than this (with the input file's path counted as 6 characters) is not a
+// line a user reads; it usually means bytes of the file were echoed without bound.
+constexpr size_t kLongestMessage = 500;
+
+// The text the targets encode with every tokenizer they load.
+constexpr std::string_view kProbeText = "Fellow citizens, 1790: tabs\tand accents \xc3\xa9 \xf0\x9f\x99\x82.\n";
+
+void put_u32(std::vector<uint8_t>& bytes, size_t at, uint32_t value) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<uint8_t>(value >> (8 * i));
+}
+
+uint64_t get_u64(const std::vector<uint8_t>& bytes, size_t at) {
+    uint64_t value = 0;
+    for (int i = 0; i < 8; ++i) value |= uint64_t{bytes[at + i]} << (8 * i);
+    return value;
+}
+
+uint32_t crc_of(const std::vector<uint8_t>& bytes, size_t begin, size_t end) {
+    return crc32_update(0, bytes.data() + begin, end - begin);
+}
+
+// The whole-file checksums recomputed where the layout lets them be found (docs/FORMATS.md), so
+// that a mutated or crafted input reaches the checks behind them, as a file written by a buggy or
+// hostile tool with valid checksums would. Per-tensor checksums of a checkpoint stay as they are.
+std::vector<uint8_t> with_valid_checksums(Reader reader, std::span<const uint8_t> input) {
+    std::vector<uint8_t> bytes(input.begin(), input.end());
+    const size_t size = bytes.size();
+    switch (reader) {
+        case Reader::checkpoint:  // ... | u32 CRC of every byte before it | "DQTEND\0\0"
+            if (size >= 12) put_u32(bytes, size - 12, crc_of(bytes, 0, size - 12));
+            break;
+        case Reader::tokenizer:  // ... | u32 CRC of every byte before it
+            if (size >= 4) put_u32(bytes, size - 4, crc_of(bytes, 0, size - 4));
+            break;
+        case Reader::shard: {  // 64-byte header: token count at 24, bytes per token at 12, CRCs at 40 and 60
+            if (size < 64) break;
+            const uint64_t token_count = get_u64(bytes, 24);
+            const uint32_t bytes_per_token = bytes[12] | bytes[13] << 8 | bytes[14] << 16 | uint32_t{bytes[15]} << 24;
+            if (bytes_per_token == 2 || bytes_per_token == 4) {
+                if (token_count <= (size - 64) / bytes_per_token) {
+                    put_u32(bytes, 40, crc_of(bytes, 64, 64 + token_count * bytes_per_token));
+                }
+            }
+            put_u32(bytes, 60, crc_of(bytes, 0, 60));
+            break;
+        }
+        case Reader::gguf: {  // key "dqt.file_crc32" (u64 length, name), type u32 (4), the value
+            static constexpr uint8_t key[] = {14, 0, 0, 0, 0, 0, 0, 0, 'd', 'q', 't', '.', 'f', 'i', 'l', 'e',
+                                              '_', 'c', 'r', 'c', '3', '2', 4, 0, 0, 0};
+            const auto found = std::search(bytes.begin(), bytes.end(), std::begin(key), std::end(key));
+            const size_t slot = static_cast<size_t>(found - bytes.begin()) + sizeof key;
+            if (found == bytes.end() || slot + 4 > size) break;
+            put_u32(bytes, slot, 0);
+            put_u32(bytes, slot, crc_of(bytes, 0, size));
+            break;
+        }
+        case Reader::model_config:
+        case Reader::corpus_text: break;  // no checksum
+    }
+    return bytes;
+}
+
+void write_input(const std::string& path, std::span<const uint8_t> bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("fuzz harness: cannot write " + path);
+}
+
+}  // namespace
+
+std::optional<std::string> message_defect(const std::string& message, const std::string& path) {
+    if (message.empty()) return "an empty error message";
+    if (message.find('\n') != std::string::npos) return "an error message over several lines: " + message;
+    size_t length = message.size();
+    for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + path.size())) {
+        length -= path.size() - 6;
+    }
+    if (length > kLongestMessage) {
+        return "an error message of " + std::to_string(length) + " characters: " + message.substr(0, 300) + "...";
+    }
+    return std::nullopt;
+}
+
+namespace {
+
+// Runs one reader call: the contract holds when it returns or throws a well-formed dqt::Error.
+Outcome keeps_contract(const std::function<void()>& call, const std::string& path) {
+    try {
+        call();
+    } catch (const Error& e) {
+        return {message_defect(e.what(), path), false};
+    } catch (const std::exception& e) {
+        return {std::string("an exception other than dqt::Error: ") + e.what(), false};
+    } catch (...) {
+        return {std::string("an exception of unknown type"), false};
+    }
+    return {std::nullopt, true};
+}
+
+// The outcomes of several calls on one file, in order: the first defect stops.
+Outcome all_keep_contract(const std::vector<std::function<void()>>& calls, const std::string& path) {
+    Outcome combined{std::nullopt, true};
+    for (const auto& call : calls) {
+        const Outcome outcome = keeps_contract(call, path);
+        if (outcome.defect) return outcome;
+        combined.accepted = combined.accepted && outcome.accepted;
+    }
+    return combined;
+}
+
+// The tokenizer must map the probe text to ids inside its vocabulary and back to the same text.
+void exercise(const Tokenizer& tokenizer) {
+    const std::vector<int32_t> ids = tokenizer.encode(kProbeText);
+    for (const int32_t id : ids) {
+        if (id < 0 || id >= tokenizer.vocab_size()) throw std::logic_error("tokenizer produced an id outside its vocabulary");
+    }
+    if (tokenizer.decode(ids) != kProbeText) throw std::logic_error("tokenizer does not round-trip the probe text");
+}
+
+Outcome read_checkpoint(const std::string& path) {
+    return all_keep_contract(
+        {
+            // The container alone: every tensor read at the dtype and shape the table gives.
+            [&] {
+                const CheckpointReader reader(path);
+                for (const std::string& name : reader.names()) {
+                    const std::vector<int64_t> shape = reader.shape(name);
+                    const std::string dtype = reader.dtype(name);
+                    size_t bytes = dtype_size(dtype);
+                    for (const int64_t dim : shape) bytes *= static_cast<size_t>(dim);
+                    std::vector<uint8_t> data(bytes);  // bounded by the file: the reader checked it
+                    reader.read(name, dtype, shape, data.data(), data.size());
+                }
+            },
+            // A training checkpoint as eval, generate and export load it, and as a resume reads it.
+            [&] {
+                const LoadedModel loaded = load_model_checkpoint(path);
+                loaded.model->config.validate();
+                exercise(*loaded.tokenizer);
+            },
+            [&] { exercise(*read_checkpoint_run(path).tokenizer); },
+        },
+        path);
+}
+
+Outcome read_shard(const std::string& path) {
+    return keeps_contract(
+        [&] {
+            const Shard shard(path);
+            std::vector<int32_t> tokens(shard.token_count());
+            shard.read(0, tokens.size(), tokens.data());
+            for (const int32_t id : tokens) {
+                if (id < 0 || id >= shard.vocab_size()) throw std::logic_error("shard accepted an id outside its vocabulary");
+            }
+        },
+        path);
+}
+
+Outcome read_gguf(const std::string& path) {
+    return keeps_contract(
+        [&] {
+            const ImportedGguf imported = import_gguf(path);
+            imported.model->config.validate();
+            exercise(*imported.tokenizer);
+        },
+        path);
+}
+
+Outcome read_model_config(const std::string& path) {
+    return keeps_contract(
+        [&] {
+            const ModelConfig config = load_model_config_json(path).get<ModelConfig>();
+            config.validate();
+        },
+        path);
+}
+
+Outcome read_tokenizer(const std::string& path) {
+    return keeps_contract([&] { exercise(*load_tokenizer_file(path)); }, path);
+}
+
+// A single-file corpus is cut into parts at character boundaries: the parts put back together
+// are the file, and each is valid UTF-8 on its own.
+Outcome read_corpus_text(const std::string& path, std::span<const uint8_t> bytes) {
+    return keeps_contract(
+        [&] {
+            const std::vector<Document> parts = read_corpus(path);
+            std::string joined;
+            for (const Document& part : parts) {
+                if (find_invalid_utf8(part.text) != std::string::npos) throw std::logic_error("a part cut a character");
+                joined += part.text;
+            }
+            if (joined != std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())) {
+                throw std::logic_error("the parts do not put the file back together");
+            }
+            const CorpusSplit split = split_corpus(parts);
+            if (split.train.size() + split.val.size() != parts.size()) throw std::logic_error("the split lost parts");
+        },
+        path);
+}
+
+}  // namespace
+
+const std::vector<NamedReader>& all_readers() {
+    static const std::vector<NamedReader> readers = {
+        {Reader::checkpoint, "checkpoint"}, {Reader::shard, "shard"},          {Reader::gguf, "gguf"},
+        {Reader::model_config, "model_config"}, {Reader::tokenizer, "tokenizer"}, {Reader::corpus_text, "corpus_text"},
+    };
+    return readers;
+}
+
+Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& scratch_dir) {
+    // Each reader sees the file under the name a user would give it.
+    static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
+                                                 "model.json",     "tokenizer.bin", "corpus.txt"};
+    const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
+    write_input(path, with_valid_checksums(reader, bytes));
+    switch (reader) {
+        case Reader::checkpoint: return read_checkpoint(path);
+        case Reader::shard: return read_shard(path);
+        case Reader::gguf: return read_gguf(path);
+        case Reader::model_config: return read_model_config(path);
+        case Reader::tokenizer: return read_tokenizer(path);
+        case Reader::corpus_text: return read_corpus_text(path, bytes);
+    }
+    return {"unknown reader", false};
+}
+
+}  // namespace dqt::fuzz

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Fuzzes every reader of untrusted files (fuzz/reader_targets.h) with libFuzzer under ASan and
+# UBSan: builds build-fuzz with clang, then runs each fuzz_<reader> for SECONDS, starting from
+# the seeds in fuzz/seeds/<reader> plus what earlier runs found (build-fuzz/corpus/<reader>).
+#   bash scripts/fuzz.sh                 60 s per reader (CI)
+#   bash scripts/fuzz.sh 3600 gguf       one hour on the GGUF reader
+# Prints one line per reader (runs, corpus size, findings) and exits non-zero when an input broke
+# a reader's contract; each such input is kept in build-fuzz/findings/. Fix the reader, then copy
+# the input to fuzz/regressions/<reader>/ (the test suite replays that folder).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+shift || true
+readers=("$@")
+[ ${#readers[@]} -gt 0 ] || readers=(checkpoint shard gguf model_config tokenizer corpus_text)
+[[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive whole number, not '$seconds'" >&2; exit 2; }
+for reader in "${readers[@]}"; do
+  [ -d "fuzz/seeds/$reader" ] || { echo "fuzz.sh: unknown reader '$reader' (see fuzz/seeds/)" >&2; exit 2; }
+done
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing: apt-get install clang libclang-rt-dev libomp-dev" >&2; exit 1; }
+
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDQT_FUZZ=ON > /dev/null
+cmake --build build-fuzz -j"$(nproc)" --target "${readers[@]/#/fuzz_}" > build-fuzz/build.log 2>&1 ||
+  { tail -30 build-fuzz/build.log; echo "fuzz.sh: the fuzz build failed (log: build-fuzz/build.log)" >&2; exit 1; }
+
+mkdir -p build-fuzz/findings build-fuzz/logs
+fuzz_one() {
+  local reader=$1
+  mkdir -p "build-fuzz/corpus/$reader"
+  # A reader may use 2 GB at most (-rss_limit_mb, -malloc_limit_mb); one input 10 s at most.
+  ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz_$reader" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/findings/$reader-" "build-fuzz/corpus/$reader" "fuzz/seeds/$reader" \
+    > "build-fuzz/logs/$reader.log" 2>&1
+}
+# One fuzzer per core at a time.
+failed=()
+jobs_at_once=$(nproc)
+for ((i = 0; i < ${#readers[@]}; i += jobs_at_once)); do
+  pids=()
+  for reader in "${readers[@]:i:jobs_at_once}"; do
+    fuzz_one "$reader" &
+    pids+=("$!:$reader")
+  done
+  for entry in "${pids[@]}"; do
+    wait "${entry%%:*}" || failed+=("${entry#*:}")
+  done
+done
+
+printf '%-14s %8s %10s %8s  %s\n' reader seconds runs corpus findings
+for reader in "${readers[@]}"; do
+  log="build-fuzz/logs/$reader.log"
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  corpus=$(find "build-fuzz/corpus/$reader" -type f | wc -l)
+  findings=$(find build-fuzz/findings -name "$reader-*" -type f | wc -l)
+  printf '%-14s %8s %10s %8s  %s\n' "$reader" "$seconds" "${runs:-?}" "$corpus" "$findings"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  for reader in "${failed[@]}"; do
+    echo "fuzz.sh: $reader broke its contract; log build-fuzz/logs/$reader.log:" >&2
+    grep -a -E "dqt fuzz:|ERROR:|SUMMARY:|Test unit written" "build-fuzz/logs/$reader.log" | head -5 >&2
+  done
+  exit 1
+fi
+echo "fuzz.sh: no reader broke its contract"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Writes the fuzzers' seed files (fuzz/seeds/<reader>/): small valid files of every kind a user
+# hands dqt, made by build/dqt itself, so that mutations start from the real formats. Run it
+# again when a format changes; test FuzzReplay.EverySeedIsAcceptedByItsReader says when.
+#   bash scripts/make_fuzz_seeds.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dqt="${DQT:-build/dqt}"
+[ -x "$dqt" ] || { echo "make_fuzz_seeds: $dqt missing: run scripts/setup.sh first" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+seeds=fuzz/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text}
+
+# A corpus of a few lines with digits, punctuation, accents and emoji.
+for i in $(seq 1 40); do
+  printf 'Address %d. Fellow citizens: the state of the union is strong, caf\xc3\xa9 \xf0\x9f\x99\x82 (%d%%).\n' "$i" $((i * 7))
+done > "$work/corpus.txt"
+head -c 600 "$work/corpus.txt" > "$seeds/corpus_text/lines.txt"
+printf 'no newline at all \xe2\x82\xac' > "$seeds/corpus_text/one_line.txt"
+
+"$dqt" data --corpus "$work/corpus.txt" --tokenizer byte --out "$work/byte" > /dev/null
+"$dqt" data --corpus "$work/corpus.txt" --tokenizer bpe --vocab 300 --out "$work/bpe" > /dev/null
+cp "$work/byte/val.bin" "$seeds/shard/byte_vocabulary.bin"
+cp "$work/bpe/val.bin" "$seeds/shard/bpe_vocabulary.bin"
+cp "$work/byte/tokenizer.bin" "$seeds/tokenizer/byte.bin"
+cp "$work/bpe/tokenizer.bin" "$seeds/tokenizer/bpe.bin"
+
+# Tiny models of each method: checkpoints and their GGUF exports.
+tiny=(--dim 16 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --batch 1 --steps 1 --eval-tokens 16
+      --no-sample --quiet --threads 1)
+train() {  # name, dataset, flags...
+  local name=$1 data=$2
+  shift 2
+  "$dqt" train --data "$work/$data" "${tiny[@]}" "$@" --out "$work/$name" > /dev/null
+}
+train ternary byte --method dqt --bits 1.58 --optim-state 8 --tie-embeddings
+train eight_bit bpe --method dqt --bits 8 --tie-embeddings
+train fp byte --method fp --tie-embeddings
+cp "$work/ternary/checkpoint.dqt" "$seeds/checkpoint/dqt_ternary_state8.dqt"
+cp "$work/eight_bit/checkpoint.dqt" "$seeds/checkpoint/dqt_8bit_bpe.dqt"
+cp "$work/fp/checkpoint.dqt" "$seeds/checkpoint/fp.dqt"
+"$dqt" export "$work/ternary/checkpoint.dqt" --out "$seeds/gguf/ternary_tq2_0.gguf" > /dev/null
+"$dqt" export "$work/ternary/checkpoint.dqt" --ternary-type tq1_0 --out "$seeds/gguf/ternary_tq1_0.gguf" > /dev/null
+"$dqt" export "$work/eight_bit/checkpoint.dqt" --out "$seeds/gguf/8bit_bpe_q8_0.gguf" > /dev/null
+"$dqt" export "$work/fp/checkpoint.dqt" --float-type f16 --out "$seeds/gguf/fp_f16.gguf" > /dev/null
+
+# Model configs: the full key set a run writes, and a short one.
+python3 -c "import json; print(json.dumps(json.load(open('$work/fp/config.json'))['model'], indent=2))" \
+  > "$seeds/model_config/full.json" 2>/dev/null || cp "$work/fp/config.json" "$seeds/model_config/full.json"
+printf '{"dim": 64, "n_layers": 2, "n_heads": 4}\n' > "$seeds/model_config/short.json"
+du -b "$seeds"/*/* | sort -k2
