@@ -1,5 +1,5 @@
 #pragma once
-// Shape of a LLaMA-structured decoder (SPEC.md section 1), set by JSON and/or CLI flags.
+// Shape of a LLaMA-structured decoder (docs/METHOD.md section 1), set by JSON and/or CLI flags.
 #include <cstdint>
 #include <string>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The training method (SPEC.md section 2): how each weight is stored, how the forward pass
+// The training method (docs/METHOD.md section 2): how each weight is stored, how the forward pass
 // reads it, and (with optim/) how the optimizer writes it back.
 //   fp      fp32 weights.
 //   bitnet  fp32 latent weights; the forward reads their absmean ternary projection and

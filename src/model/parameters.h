@@ -95,7 +95,7 @@ public:
     float& scale(const ParamTensor& tensor) const { return scales[static_cast<size_t>(tensor.tensor_id)]; }
 
     // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
-    // tensors are snapped once onto their grid with the absmean scale (SPEC.md section 2).
+    // tensors are snapped once onto their grid with the absmean scale (docs/METHOD.md section 2).
     void initialize(uint64_t seed);
     // out (count) = the tensor's stored value as real numbers: its fp32 values, or q / scale.
     void read_dense(const ParamTensor& tensor, float* out) const;

@@ -1,5 +1,5 @@
 #pragma once
-// The DQT update (SPEC.md section 2) of one integer-coded tensor, W = q / scale, with no fp32
+// The DQT update (docs/METHOD.md section 2) of one integer-coded tensor, W = q / scale, with no fp32
 // copy of W at any time: element by element, W is read from its code, moved by Adam and
 // decoupled decay, and rounded back onto the grid.
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2

@@ -1,6 +1,6 @@
 #pragma once
 // Integer weight codes: the grid [qn, qp] of a ternary or n-bit format and how codes are
-// stored. A weight is W = q / scale with one fp32 scale per tensor (SPEC.md section 2).
+// stored. A weight is W = q / scale with one fp32 scale per tensor (docs/METHOD.md section 2).
 //   ternary ("1.58"): q in {-1, 0, 1}, packed 4 per byte: element i in byte i / 4 at bits
 //                     2 * (i % 4), stored as q + 1 in {0, 1, 2};
 //   n-bit, n = 2..8:  q in [-2^(n-1), 2^(n-1) - 1], one int8 per code.

@@ -36,7 +36,7 @@ TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, floa
                                        const std::function<void(int micro)>& fill) {
     comm_.reset_counters();
     Result result =
-        fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_data_parallel(acts, grad_scale, lr, t, fill);
+        fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_unfused(acts, grad_scale, lr, t, fill);
     result.gradient_bytes = comm_.bytes_sent(Traffic::gradients);
     result.weight_bytes = comm_.bytes_sent(Traffic::weights);
     result.other_bytes = comm_.bytes_sent(Traffic::other);
@@ -56,8 +56,8 @@ TrainingStep::Result TrainingStep::run_fused(Activations& acts, float grad_scale
     return result;
 }
 
-TrainingStep::Result TrainingStep::run_data_parallel(Activations& acts, float grad_scale, float lr, int64_t t,
-                                                     const std::function<void(int)>& fill) {
+TrainingStep::Result TrainingStep::run_unfused(Activations& acts, float grad_scale, float lr, int64_t t,
+                                               const std::function<void(int)>& fill) {
     const int leaves = micro_batches_ / comm_.size();
     std::vector<double> losses;  // (leaves) of this rank
     for (int leaf = 0; leaf < leaves; ++leaf) {

@@ -51,8 +51,8 @@ public:
 
 private:
     Result run_fused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
-    Result run_data_parallel(Activations& acts, float grad_scale, float lr, int64_t t,
-                             const std::function<void(int)>& fill);
+    // Gradients into a GradientExchange (one rank: a plain buffer), then the optimizer.
+    Result run_unfused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
 
     ModelParameters& model_;
     OptimizerState& state_;
