@@ -1,10 +1,15 @@
 // End-to-end training: loss falls, resume is exact, threads do not change results.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -68,7 +73,56 @@ void expect_same_tensors(const std::string& a_path, const std::string& b_path) {
     }
 }
 
+// Temporary files an atomic write left in folder (io/atomic_file.h names them <target>.tmp.<pid>).
+int temporary_files_in(const std::string& folder) {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+        count += entry.path().filename().string().find(".tmp.") != std::string::npos;
+    }
+    return count;
+}
+
 }  // namespace
+
+// kill -9 at fixed moments of a run that saves a checkpoint after every step, so that some kills
+// land inside a checkpoint write: each resume ends with the tensors of the uninterrupted run, and
+// the next save removes what a killed write left behind.
+TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
+    TempDir root("kill9");
+    const std::string args = "train --data " + tiny_dataset_dir() +
+                             " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --steps 40 "
+                             "--checkpoint-every 1 --eval-every 0 --eval-tokens 1024 --no-sample --quiet --threads 1";
+    const std::string binary = DQT_BINARY;
+    const CommandResult whole = run_command(binary + " " + args + " --out " + (root / "whole"));
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    int killed_inside_a_write = 0;
+    for (const int delay_ms : {0, 20, 45, 70, 100, 140, 190, 250}) {
+        SCOPED_TRACE("killed " + std::to_string(delay_ms) + " ms after the first checkpoint");
+        const std::string out = root / ("killed-" + std::to_string(delay_ms));
+        const pid_t child = fork();
+        if (child == 0) {
+            const std::string command = "exec " + binary + " " + args + " --out " + out + " > /dev/null 2>&1";
+            execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+            _exit(127);
+        }
+        ASSERT_GT(child, 0);
+        const std::string checkpoint = out + "/checkpoint.dqt";
+        for (int tries = 0; tries < 12000 && !std::filesystem::exists(checkpoint); ++tries) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        ASSERT_TRUE(std::filesystem::exists(checkpoint));
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        kill(child, SIGKILL);
+        int status = 0;
+        ASSERT_EQ(waitpid(child, &status, 0), child);
+        killed_inside_a_write += temporary_files_in(out) > 0;
+        const CommandResult resumed = run_command(binary + " train --resume --quiet --no-sample --out " + out);
+        ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+        expect_same_tensors(checkpoint_path_in(root / "whole"), checkpoint);
+        EXPECT_EQ(temporary_files_in(out), 0);
+    }
+    std::printf("[ kill -9 ] 8 kills, %d inside a checkpoint write\n", killed_inside_a_write);
+}
 
 TEST(Train, TinyRunLossFalls) {
     TempDir run("loss-falls");

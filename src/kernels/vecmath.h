@@ -12,7 +12,18 @@ namespace dqt {
 // Compiles a hot function for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and baseline x86-64;
 // the loader picks the best the CPU supports (the build has no -march flag). Put it on
 // functions without OpenMP pragmas: the bodies OpenMP outlines do not inherit it.
+// ThreadSanitizer builds compile the default version only: the loader runs the clones' resolvers
+// before TSan's runtime starts, and an instrumented resolver crashes there.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DQT_NO_TARGET_CLONES
+#endif
+#endif
+#ifdef DQT_NO_TARGET_CLONES
+#define DQT_TARGET_CLONES
+#else
 #define DQT_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 inline constexpr int kLanes = 8;
 
@@ -107,7 +118,11 @@ inline float exp_f32(float x) {
     x = std::bit_cast<float>((magnitude > limit && magnitude <= inf ? limit : magnitude) | sign);
     // x = n * ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
     const float shifter = 12582912.0f;
-    const float n = (x * 1.44269504088896341f + shifter) - shifter;
+    const float shifted = x * 1.44269504088896341f + shifter;
+    const float n = shifted - shifter;
+    // n as an integer from the same bits (the low bits of shifted): converting a NaN n with
+    // static_cast would be undefined, and clang's portable build returned a number for exp(NaN).
+    const int32_t n_bits = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(shifter);
     const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two parts
     // Minimax polynomial for exp(r) on [-ln2/2, ln2/2] (Cephes expf).
     float p = 1.9875691500e-4f;
@@ -118,7 +133,8 @@ inline float exp_f32(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     // Multiply by 2^n by adding n to the exponent field.
-    return std::bit_cast<float>(std::bit_cast<int32_t>(p) + (static_cast<int32_t>(n) << 23));
+    const int32_t scaled = std::bit_cast<int32_t>(p) + static_cast<int32_t>(static_cast<uint32_t>(n_bits) << 23);
+    return std::bit_cast<float>(magnitude > inf ? bits : scaled);  // NaN in, the same NaN out
 }
 
 }  // namespace dqt
