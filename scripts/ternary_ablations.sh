@@ -4,7 +4,7 @@
 # with the codes' movement logged every 50 steps, for bitnet, dqt ternary and each ablation;
 # then docs/img/ternary_code_dynamics.png and a table on stdout (docs/results.md).
 #
-#   bash scripts/ternary_ablations.sh              every run (about 25 min per pair on 2 cores)
+#   bash scripts/ternary_ablations.sh              every run (about 15-25 min per pair on 2 cores)
 #   ONLY=dqt-1.58-wd0 bash scripts/ternary_ablations.sh     just that run
 # Two runs go side by side, one thread each (the results do not depend on the thread count).
 # Runs that finished (their metrics hold the final eval) are skipped; others start over.
@@ -14,6 +14,9 @@ dqt="${DQT:-build/dqt}"
 [ -x "$dqt" ] || { echo "ternary_ablations: $dqt missing: run scripts/setup.sh first" >&2; exit 1; }
 [ -d data/sotu ] || bash scripts/fetch_corpus.sh
 [ -d data/sotu-byte ] || "$dqt" data --corpus data/sotu --tokenizer byte --out data/sotu-byte
+# The second corpus (the Brown Corpus; scripts/fetch_brown.sh): the runs named brown-*.
+[ -d data/brown ] || bash scripts/fetch_brown.sh
+[ -d data/brown-byte ] || "$dqt" data --corpus data/brown --tokenizer byte --out data/brown-byte
 
 common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 8
         --steps 2450 --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
@@ -35,6 +38,11 @@ runs=(
   "bitnet-b0.98|--method bitnet --beta1 0.98"
   "dqt-1.58-b0.98|--method dqt --bits 1.58 --beta1 0.98"
   "dqt-1.58-learned-b0.98-lr3e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
+  "dqt-1.58-learned-b0.98-lr4e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 4e-3"
+  "dqt-1.58-learned-b0.98-lr6e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 6e-3"
+  "brown-bitnet|--data data/brown-byte --method bitnet"
+  "brown-dqt-1.58-learned-b0.98-lr3e-3|--data data/brown-byte --method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
+  "brown-dqt-1.58|--data data/brown-byte --method dqt --bits 1.58"
 )
 root=runs/codes
 mkdir -p "$root"
@@ -60,4 +68,4 @@ done
   "$root/dqt-1.58" "$root/bitnet" "$root/dqt-1.58-init0.04" "$root/dqt-1.58-wd0" "$root/dqt-1.58-lr1e-3" \
   "$root/dqt-1.58-lr4e-3" "$root/dqt-1.58-init0.06" "$root/bitnet-init0.04" "$root/dqt-1.58-learned" \
   "$root/dqt-1.58-learned-b0.98" "$root/dqt-1.58-learned-b0.99" "$root/bitnet-b0.98" "$root/dqt-1.58-b0.98" \
-  "$root/dqt-1.58-learned-b0.98-lr3e-3"
+  "$root/dqt-1.58-learned-b0.98-lr3e-3" "$root/dqt-1.58-learned-b0.98-lr4e-3" "$root/dqt-1.58-learned-b0.98-lr6e-3"

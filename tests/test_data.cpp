@@ -445,8 +445,8 @@ protected:
 TEST_F(Batch, IsDeterministicInRangeAndShifted) {
     const int B = 8, T = 64;
     std::vector<int32_t> inputs(B * T), targets(B * T), inputs2(B * T), targets2(B * T);  // (B, T)
-    sample_batch(*shard_, 1234, 7, 0, B, T, inputs.data(), targets.data());
-    sample_batch(*shard_, 1234, 7, 0, B, T, inputs2.data(), targets2.data());
+    sample_sequences(*shard_, 1234, 7, 0, B, T, inputs.data(), targets.data());
+    sample_sequences(*shard_, 1234, 7, 0, B, T, inputs2.data(), targets2.data());
     EXPECT_EQ(inputs, inputs2);
     EXPECT_EQ(targets, targets2);
     for (int b = 0; b < B; ++b) {
@@ -458,9 +458,9 @@ TEST_F(Batch, IsDeterministicInRangeAndShifted) {
             ASSERT_EQ(targets[b * T + t], start + t + 1);
         }
     }
-    sample_batch(*shard_, 1234, 8, 0, B, T, inputs2.data(), targets2.data());
+    sample_sequences(*shard_, 1234, 8, 0, B, T, inputs2.data(), targets2.data());
     EXPECT_NE(inputs, inputs2) << "another step draws other windows";
-    sample_batch(*shard_, 99, 7, 0, B, T, inputs2.data(), targets2.data());
+    sample_sequences(*shard_, 99, 7, 0, B, T, inputs2.data(), targets2.data());
     EXPECT_NE(inputs, inputs2) << "another seed draws other windows";
 }
 
@@ -477,7 +477,7 @@ TEST_F(Batch, SlicesAndMicroStepsMatchTheGlobalBatch) {
     }
     // Gradient accumulation: micro-step m of batch 6 holds global sequences [6m, 6m + 6).
     std::vector<int32_t> micro_in(6 * T), micro_tg(6 * T);  // (6, T)
-    sample_batch(*shard_, 5, 3, 1, 6, T, micro_in.data(), micro_tg.data());
+    sample_sequences(*shard_, 5, 3, 6, 6, T, micro_in.data(), micro_tg.data());  // micro-step 1
     EXPECT_TRUE(std::equal(micro_in.begin(), micro_in.end(), inputs.begin() + 6 * T));
 }
 
@@ -485,10 +485,10 @@ TEST_F(Batch, RejectsShardsShorterThanASequence) {
     write_shard(dir_.file("small.bin"), iota_tokens(64, 256), 256, 64);
     const Shard small(dir_.file("small.bin"));
     std::vector<int32_t> inputs(64), targets(64);
-    sample_batch(small, 1, 0, 0, 1, 63, inputs.data(), targets.data());  // the only window
+    sample_sequences(small, 1, 0, 0, 1, 63, inputs.data(), targets.data());  // the only window
     EXPECT_EQ(inputs[0], 0);
     EXPECT_EQ(targets[62], 63);
-    expect_error([&] { sample_batch(small, 1, 0, 0, 1, 64, inputs.data(), targets.data()); },
+    expect_error([&] { sample_sequences(small, 1, 0, 0, 1, 64, inputs.data(), targets.data()); },
                  {dir_.file("small.bin"), "too few", "--seq-len"});
 }
 

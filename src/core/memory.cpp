@@ -73,7 +73,6 @@ static int64_t read_status_kib(const char* key) {
 }
 
 int64_t peak_rss_bytes() { return read_status_kib("VmHWM:") * 1024; }
-int64_t current_rss_bytes() { return read_status_kib("VmRSS:") * 1024; }
 
 int64_t physical_memory_bytes() {
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));

@@ -29,8 +29,6 @@ int64_t memory_peak_total_bytes();
 void memory_reset_peaks();
 // Peak resident set size of this process as reported by the OS (VmHWM), in bytes.
 int64_t peak_rss_bytes();
-// Current resident set size (VmRSS), in bytes.
-int64_t current_rss_bytes();
 // The machine's physical memory, in bytes: what a request is checked against before allocating.
 int64_t physical_memory_bytes();
 

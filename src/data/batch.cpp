@@ -29,11 +29,6 @@ void sample_sequences(const Shard& shard, uint64_t seed, uint64_t step, uint64_t
     }
 }
 
-void sample_batch(const Shard& shard, uint64_t seed, uint64_t step, int micro_step, int batch, int seq, int32_t* inputs,
-                  int32_t* targets) {
-    sample_sequences(shard, seed, step, static_cast<uint64_t>(micro_step) * batch, batch, seq, inputs, targets);
-}
-
 size_t eval_window_count(const Shard& shard, int seq, size_t max_tokens) {
     require(seq > 0, "sequence length must be positive");
     if (shard.token_count() == 0) return 0;

@@ -21,10 +21,6 @@ namespace dqt {
 void sample_sequences(const Shard& shard, uint64_t seed, uint64_t step, uint64_t first_global_index, int count, int seq,
                       int32_t* inputs /* (count, seq) */, int32_t* targets /* (count, seq) */);
 
-// Micro-step micro_step of a step: global sequences [micro_step * batch, (micro_step + 1) * batch).
-void sample_batch(const Shard& shard, uint64_t seed, uint64_t step, int micro_step, int batch, int seq,
-                  int32_t* inputs /* (batch, seq) */, int32_t* targets /* (batch, seq) */);
-
 // Number of whole windows of seq tokens (plus the one extra target token) in the shard,
 // limited to max_tokens input tokens in total (max_tokens == 0: no limit).
 size_t eval_window_count(const Shard& shard, int seq, size_t max_tokens);
