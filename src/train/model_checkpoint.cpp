@@ -126,8 +126,9 @@ void read_moments(const CheckpointReader& reader, const ModelParameters& model, 
     }
 }
 
-// The run's metadata as save_training_checkpoint writes it. A field that is missing or of the
-// wrong type (a crafted file, or one from another program) is one line naming the file.
+// The run's metadata as save_training_checkpoint writes it, its options validated and checked
+// against the stored tensors. A field that is missing or of the wrong type (a crafted file, or
+// one from another program) is one line naming the file.
 struct RunMetadata {
     TrainOptions options;
     std::string tokenizer_kind;
@@ -151,6 +152,9 @@ RunMetadata read_run_metadata(const CheckpointReader& reader, const std::string&
     require(run.position.step >= 0 && std::isfinite(run.position.previous_grad_norm) &&
                 run.position.previous_grad_norm >= 0,
             "checkpoint " + path + ": its metadata holds a negative step or gradient norm: the file is corrupt");
+    run.options.model.validate();
+    run.options.method.validate();
+    check_parameters_match_options(reader, run.options, path);
     return run;
 }
 
@@ -189,9 +193,6 @@ CheckpointRun read_checkpoint_run(const std::string& path) {
     RunMetadata metadata = read_run_metadata(reader, path);
     CheckpointRun run;
     run.options = std::move(metadata.options);
-    run.options.model.validate();
-    run.options.method.validate();
-    check_parameters_match_options(reader, run.options, path);
     run.tokenizer = read_tokenizer(reader, metadata.tokenizer_kind, path);
     run.step = metadata.position.step;
     return run;
@@ -202,9 +203,6 @@ LoadedModel load_model_checkpoint(const std::string& path) {
     RunMetadata metadata = read_run_metadata(reader, path);
     LoadedModel loaded;
     loaded.options = std::move(metadata.options);
-    loaded.options.model.validate();
-    loaded.options.method.validate();
-    check_parameters_match_options(reader, loaded.options, path);
     loaded.step = metadata.position.step;
     loaded.model = std::make_unique<ModelParameters>(loaded.options.model, loaded.options.method);
     read_parameters(reader, *loaded.model);
