@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -77,29 +78,34 @@ DQT_TARGET_CLONES uint64_t sum_words(const uint64_t* words, size_t count) {
     return sum;
 }
 
-// Read bandwidth of this machine with the bench's threads: best of 5 passes over 512 MiB,
-// each thread summing its own contiguous share.
-double measure_read_bandwidth() {
-    const size_t count = size_t{512} << 20 >> 3;  // uint64 words
-    std::vector<uint64_t> data(count, 1);
-    double best = std::numeric_limits<double>::infinity();
-    uint64_t total = 0;
-    for (int pass = 0; pass < 5; ++pass) {
+// Read bandwidth of this machine with the bench's threads: passes over 512 MiB, each thread
+// summing its own contiguous share; the best pass counts. The bench takes passes before the
+// runs and one before each dqt run, so the bound follows the machine's speed during the runs
+// (this VM's bandwidth moves by a third within minutes) and can only rise with more passes.
+class ReadBandwidth {
+public:
+    ReadBandwidth() : words_(size_t{512} << 20 >> 3, 1) {}
+
+    void measure_pass() {
         const auto start = std::chrono::steady_clock::now();
         uint64_t sum = 0;
 #pragma omp parallel reduction(+ : sum)
         {
-            const size_t threads = static_cast<size_t>(omp_get_num_threads());
+            const size_t count = words_.size(), threads = static_cast<size_t>(omp_get_num_threads());
             const size_t share = (count + threads - 1) / threads;
             const size_t first = std::min(count, share * static_cast<size_t>(omp_get_thread_num()));
-            sum += sum_words(data.data() + first, std::min(share, count - first));
+            sum += sum_words(words_.data() + first, std::min(share, count - first));
         }
-        best = std::min(best, seconds_since(start));
-        total += sum;
+        best_seconds_ = std::min(best_seconds_, seconds_since(start));
+        require(sum == words_.size(), "bandwidth pass lost data");  // keeps the sum from being optimised away
     }
-    require(total == 5 * count, "bandwidth pass lost data");  // keeps the sums from being optimised away
-    return static_cast<double>(count * sizeof(uint64_t)) / best;
-}
+
+    double bytes_per_second() const { return static_cast<double>(words_.size() * sizeof(uint64_t)) / best_seconds_; }
+
+private:
+    std::vector<uint64_t> words_;  // all ones
+    double best_seconds_ = std::numeric_limits<double>::infinity();
+};
 
 // llama.cpp reads every tensor of the file once per token (token_embd as the head).
 double gguf_weight_bytes_per_token(const std::string& path) {
@@ -115,10 +121,11 @@ struct Speeds {
 };
 
 Speeds measure_dqt(const InferenceModel& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats,
-                   KvCacheType cache_type) {
+                   KvCacheType cache_type, ReadBandwidth& bandwidth) {
     double best_prompt = std::numeric_limits<double>::infinity(), best_decode = best_prompt;
     InferenceSession session(model, static_cast<int>(prompt.size()) + decode_tokens, cache_type);
     for (int r = 0; r < repeats; ++r) {
+        bandwidth.measure_pass();
         session.reset();
         auto start = std::chrono::steady_clock::now();
         const float* logits = session.run(prompt.data(), static_cast<int>(prompt.size()), LogitRows::last);
@@ -222,9 +229,11 @@ void add_bench_generate_command(CLI::App& bench) {
         std::vector<int32_t> prompt(static_cast<size_t>(args->prompt_tokens));
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % model.config.vocab_size);
 
-        const double bandwidth = measure_read_bandwidth();
+        ReadBandwidth read_bandwidth;
+        for (int pass = 0; pass < 5; ++pass) read_bandwidth.measure_pass();
         const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
-        const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type);
+        const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type, read_bandwidth);
+        const double bandwidth = read_bandwidth.bytes_per_second();
         const double dqt_bytes = static_cast<double>(model.weight_bytes_per_token());
         nlohmann::json record = {
             {"bench", "generate"},

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <vector>
 
 #include "core/memory.h"
 #include "core/rng.h"
+#include "core/spin_barrier.h"
 
 using namespace dqt;
 
@@ -37,4 +42,33 @@ TEST(Memory, LedgerTracksLiveAndPeakPerCategory) {
     }
     EXPECT_EQ(memory_live_bytes(MemCategory::scratch), before);
     EXPECT_EQ(memory_peak_bytes(MemCategory::scratch) - before, 4000);
+}
+
+// Each round every thread writes its slot, meets the others, and reads every slot: all must
+// hold this round's values. Without the barrier a thread reads slots before their owners wrote
+// them (and the sanitizer build reports the race). Four threads on two cores also exercise the
+// yield after the spin.
+TEST(SpinBarrier, EveryWriteBeforeTheMeetingIsSeenAfterIt) {
+    constexpr int kThreads = 4, kRounds = 2000;
+    std::vector<int> slots(kThreads, -1);
+    std::atomic<int> stale_reads{0}, team_size{0};
+    SpinBarrier barrier;
+#pragma omp parallel num_threads(kThreads)
+    {
+#pragma omp single
+        {
+            barrier.set_threads(omp_get_num_threads());
+            team_size = omp_get_num_threads();
+        }
+        const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
+        for (int round = 0; round < kRounds; ++round) {
+            slots[static_cast<size_t>(thread)] = round * threads + thread;
+            barrier.arrive_and_wait();
+            for (int other = 0; other < threads; ++other)
+                if (slots[static_cast<size_t>(other)] != round * threads + other) ++stale_reads;
+            barrier.arrive_and_wait();  // nobody writes the next round before all have read
+        }
+    }
+    EXPECT_GE(team_size.load(), 2) << "the runtime gave one thread: the barrier was not exercised";
+    EXPECT_EQ(stale_reads.load(), 0);
 }

@@ -133,8 +133,11 @@ TEST(KernelRmsnorm, FastMatchesReference) {
         Floats dx = to_float(rng.normal(n)), dgain = to_float(rng.normal(cols));
         Doubles ref_dx = to_double(dx), ref_dgain = to_double(dgain);
 
-        Floats y(n), rstd(rows);
+        Floats y(n), rstd(rows), y_serial(n), rstd_serial(rows);
         rmsnorm_forward(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, 1e-5f);
+        rmsnorm_forward_serial(y_serial.data(), rstd_serial.data(), x.data(), gain.data(), rows, cols, 1e-5f);
+        EXPECT_EQ(y_serial, y) << "the one-thread variant differs";
+        EXPECT_EQ(rstd_serial, rstd);
         rmsnorm_backward(dx.data(), dgain.data(), dy.data(), x.data(), gain.data(), rstd.data(), rows, cols);
 
         const Doubles xd = to_double(x), gd = to_double(gain), dyd = to_double(dy);
@@ -438,6 +441,9 @@ TEST(KernelSwiglu, FastMatchesReference) {
     Floats h(n), dgate = to_float(rng.normal(n)), dup = to_float(rng.normal(n));
     Doubles ref_h(n), ref_dgate = to_double(dgate), ref_dup = to_double(dup);
     swiglu_forward(h.data(), gate.data(), up.data(), n);
+    Floats h_serial(n);
+    swiglu_forward_serial(h_serial.data(), gate.data(), up.data(), n);
+    EXPECT_EQ(h_serial, h) << "the one-thread variant differs";
     swiglu_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n);
     const Doubles gd = to_double(gate), ud = to_double(up), dhd = to_double(dh);
     ref::swiglu_forward(ref_h.data(), gd.data(), ud.data(), n);

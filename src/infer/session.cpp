@@ -159,10 +159,10 @@ void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, con
 
 InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows, const float* gain, int cols,
                                                                const InferenceLinear& product, float* normed,
-                                                               Int8Rows& quantized, const RowShare& share) const {
+                                                               Int8Rows& quantized, const RowShare& share) {
     const size_t offset = static_cast<size_t>(share.first) * cols;
     if (gain != nullptr) {
-        rmsnorm_forward(normed + offset, share.scratch->rstd.data() + share.first, rows + offset, gain,
+        rmsnorm_forward_serial(normed + offset, share.scratch->rstd.data() + share.first, rows + offset, gain,
                         share.last - share.first, cols, model_.config.norm_eps);
         rows = normed;
     }
@@ -172,9 +172,7 @@ InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows
                 quantize_row_int8(rows + static_cast<size_t>(r) * cols, cols, quantized.mutable_row(r),
                                   &quantized.sums[static_cast<size_t>(r)]);
     }
-    if (share.split) {
-#pragma omp barrier
-    }
+    if (share.split) team_barrier_.arrive_and_wait();
     return {rows, product.quantized() ? &quantized : nullptr};
 }
 
@@ -246,13 +244,13 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
             multiply(w.wv, input, v_.data(), n, kv_begin * D, kv_end * D);
         } else {
             multiply_share({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, input, n, thread, threads);
-#pragma omp barrier
+            team_barrier_.arrive_and_wait();
         }
         attend(l, n, kv_begin, kv_end, thread);
-#pragma omp barrier
+        team_barrier_.arrive_and_wait();
         input = prepare_input(att_.data(), w.attn_subnorm, C, w.wo, rows.normed.data(), rows.dim_input, share);
         multiply_share({{&w.wo, proj_.data()}}, input, n, thread, threads);
-#pragma omp barrier
+        team_barrier_.arrive_and_wait();
         add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
 
         // Feed-forward block: x + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(x).
@@ -261,12 +259,12 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
         multiply(w.w_up, input, up_.data(), n, ffn_begin, ffn_end);
         for (int i = 0; i < n; ++i) {
             const size_t row = static_cast<size_t>(i) * F + ffn_begin;
-            swiglu_forward(h_.data() + row, gate_.data() + row, up_.data() + row, ffn_end - ffn_begin);
+            swiglu_forward_serial(h_.data() + row, gate_.data() + row, up_.data() + row, ffn_end - ffn_begin);
         }
-#pragma omp barrier
+        team_barrier_.arrive_and_wait();
         input = prepare_input(h_.data(), w.ffn_subnorm, F, w.w_down, rows.h_sub.data(), rows.ffn_input, share);
         multiply_share({{&w.w_down, proj_.data()}}, input, n, thread, threads);
-#pragma omp barrier
+        team_barrier_.arrive_and_wait();
         add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
     }
 }
@@ -295,12 +293,17 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
                         std::to_string(c.vocab_size));
-    // One team for all blocks: its threads meet at four barriers per block (docs/results.md).
+    // One team for all blocks: its threads meet at four barriers per block (docs/results.md),
+    // team_barrier_'s rather than the runtime's, which cost several times more.
     const int team = std::max(1, omp_get_max_threads());
     const bool split_rows = n >= kSplitRowsPerThread * team;
     reserve(n, team, split_rows);
 #pragma omp parallel num_threads(team)
-    run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
+    {
+#pragma omp single
+        team_barrier_.set_threads(omp_get_num_threads());  // the runtime may give fewer than asked
+        run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
+    }
     cache_.length += n;
 
     // Only the rows whose logits are wanted go through the final norm and the head.

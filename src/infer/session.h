@@ -20,6 +20,7 @@
 
 #include "core/float16.h"
 #include "core/memory.h"
+#include "core/spin_barrier.h"
 #include "infer/inference_model.h"
 #include "kernels/int8_rows.h"
 #include "kernels/rope.h"
@@ -117,7 +118,7 @@ private:
     // The share's rows of rows (n, cols) through an optional RMSNorm (gain null: none) into
     // normed, then into quantized when `product` runs on the integer kernels.
     ProductInput prepare_input(const float* rows, const float* gain, int cols, const InferenceLinear& product,
-                               float* normed, Int8Rows& quantized, const RowShare& share) const;
+                               float* normed, Int8Rows& quantized, const RowShare& share);
     // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
     // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then att_.
     void attend(int layer, int n, int kv_begin, int kv_end, int thread);
@@ -127,7 +128,8 @@ private:
     const InferenceModel& model_;
     KvCache cache_;
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
-    int capacity_ = 0;  // tokens the scratch below holds
+    SpinBarrier team_barrier_;  // where run_blocks' threads meet
+    int capacity_ = 0;          // tokens the scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team
     RowScratch shared_rows_;
     std::vector<Array<float>> attention_scratch_;  // per thread: attention_forward_heads' (position 0)

@@ -8,15 +8,29 @@
 
 namespace dqt {
 
+namespace {
+
+void normalize_row(float* y, float* rstd, const float* x, const float* gain, int cols, float eps) {
+    const float s = static_cast<float>(1.0 / std::sqrt(dot_f64(x, x, cols) / cols + eps));
+    *rstd = s;
+    for (int c = 0; c < cols; ++c) y[c] = x[c] * s * gain[c];
+}
+
+}  // namespace
+
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* gain, int rows, int cols, float eps) {
     // One row (decode) is a microsecond of work: cheaper on this thread than woken threads.
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (int r = 0; r < rows; ++r) {
-        const float* xr = x + static_cast<size_t>(r) * cols;  // (cols)
-        float* yr = y + static_cast<size_t>(r) * cols;        // (cols)
-        const float s = static_cast<float>(1.0 / std::sqrt(dot_f64(xr, xr, cols) / cols + eps));
-        rstd[r] = s;
-        for (int c = 0; c < cols; ++c) yr[c] = xr[c] * s * gain[c];
+        const size_t offset = static_cast<size_t>(r) * cols;
+        normalize_row(y + offset, rstd + r, x + offset, gain, cols, eps);  // (cols) rows
+    }
+}
+
+void rmsnorm_forward_serial(float* y, float* rstd, const float* x, const float* gain, int rows, int cols, float eps) {
+    for (int r = 0; r < rows; ++r) {
+        const size_t offset = static_cast<size_t>(r) * cols;
+        normalize_row(y + offset, rstd + r, x + offset, gain, cols, eps);
     }
 }
 

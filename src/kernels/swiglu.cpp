@@ -36,6 +36,12 @@ void swiglu_forward(float* h, const float* gate, const float* up, size_t count) 
         swiglu_forward_range(h + first, gate + first, up + first, std::min(kChunk, n - first));
 }
 
+void swiglu_forward_serial(float* h, const float* gate, const float* up, size_t count) {
+    const int64_t n = static_cast<int64_t>(count);
+    for (int64_t first = 0; first < n; first += kChunk)
+        swiglu_forward_range(h + first, gate + first, up + first, std::min(kChunk, n - first));
+}
+
 void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up, size_t count) {
     const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for schedule(static)
