@@ -5,7 +5,7 @@
 # engine at the memory-bandwidth limit"). Needs build/dqt and, for the llama.cpp columns,
 # tools/llamacpp (scripts/setup.sh); run it on an otherwise idle machine.
 #
-#     bash scripts/bench_generate_series.sh [RUNS]    (default 3; about 80 s per round)
+#     bash scripts/bench_generate_series.sh [RUNS]    (default 3; about 2 minutes per round)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
@@ -21,7 +21,7 @@ for run in $(seq 1 "$runs"); do
     for threads in 1 2; do
         for cache in f32 f16; do
             echo "=== run $run, threads $threads, KV cache $cache"
-            build/dqt bench generate --threads "$threads" --kv-cache "$cache" --repeats 5 | tail -n 4
+            build/dqt bench generate --threads "$threads" --kv-cache "$cache" --repeats 10 | tail -n 4
         done
     done
 done
