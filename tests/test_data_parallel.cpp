@@ -23,6 +23,7 @@
 #include "model/llama.h"
 #include "optim/optimizer_state.h"
 #include "test_helpers.h"
+#include "gradient_buffer.h"
 
 namespace dqt {
 namespace {

@@ -22,6 +22,7 @@
 #include "quant/codes.h"
 #include "quant/ternary.h"
 #include "test_helpers.h"
+#include "gradient_buffer.h"
 
 using namespace dqt;
 

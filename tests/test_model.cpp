@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "model/llama.h"
 #include "test_helpers.h"
+#include "gradient_buffer.h"
 
 using namespace dqt;
 

@@ -11,6 +11,7 @@
 #include "optim/schedule.h"
 #include "quant/dynamic8.h"
 #include "test_helpers.h"
+#include "gradient_buffer.h"
 
 using namespace dqt;
 
@@ -31,7 +32,7 @@ ModelConfig tiny_config() {
 std::vector<double> values_of(const ModelParameters& model) {
     std::vector<double> w(model.layout.total, 0.0);
     for (const ParamTensor& tensor : model.layout.tensors)
-        for (size_t i = 0; i < tensor.count(); ++i) w[tensor.offset + i] = model.value(tensor)[i];
+        for (size_t i = 0; i < tensor.count(); ++i) w[tensor.flat_offset + i] = model.value(tensor)[i];
     return w;
 }
 
@@ -70,11 +71,11 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
         std::normal_distribution<float> normal(0.0f, 0.01f);
         for (int t = 1; t <= 5; ++t) {
             for (const ParamTensor& tensor : model.layout.tensors)
-                for (size_t i = 0; i < tensor.count(); ++i) g[tensor.offset + i] = gradients.of(tensor)[i] = normal(rng);
+                for (size_t i = 0; i < tensor.count(); ++i) g[tensor.flat_offset + i] = gradients.of(tensor)[i] = normal(rng);
             const float lr = 1e-2f * t;
             optimizer_step(model, gradients, state, adam, lr, t, seed);
             for (const ParamTensor& tensor : model.layout.tensors) {
-                const size_t o = tensor.offset;
+                const size_t o = tensor.flat_offset;
                 adamw_reference(w.data() + o, m.data() + o, v.data() + o, g.data() + o, tensor.count(),
                                 tensor.is_matrix(), adam, lr, t);
                 if (dtype == StateDtype::bf16) {
@@ -90,7 +91,7 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
         const double tolerance = dtype == StateDtype::fp32 ? 1e-5 : 2e-4;
         for (const ParamTensor& tensor : model.layout.tensors) {
             for (size_t i = 0; i < tensor.count(); ++i) {
-                const double expected = w[tensor.offset + i];
+                const double expected = w[tensor.flat_offset + i];
                 ASSERT_NEAR(model.value(tensor)[i], expected, tolerance * std::max(1.0, std::fabs(expected)))
                     << tensor.name << "[" << i << "]";
             }
@@ -213,7 +214,7 @@ TEST(Optim, GlobalNormAndScaling) {
     double expected = 0.0;
     for (const ParamTensor& tensor : model.layout.tensors) {
         for (size_t i = 0; i < tensor.count(); ++i) {
-            const float value = 0.001f * static_cast<float>((tensor.offset + i) % 17);
+            const float value = 0.001f * static_cast<float>((tensor.flat_offset + i) % 17);
             gradients.of(tensor)[i] = value;
             expected += static_cast<double>(value) * value;
         }

@@ -34,8 +34,8 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
         const int visits = tied && &tensor == model.tensors.token_embd ? 2 : 1;
         for (int row = 0; row < tensor.rows; row += rows) {
             const size_t cols = static_cast<size_t>(tensor.cols);
-            pieces_.push_back({tensor.offset + row * cols,
-                               tensor.offset + std::min(tensor.rows, row + rows) * cols, visits});
+            pieces_.push_back({tensor.flat_offset + row * cols,
+                               tensor.flat_offset + std::min(tensor.rows, row + rows) * cols, visits});
         }
     }
     acquired_.assign(pieces_.size(), 0);
@@ -93,7 +93,7 @@ float* GradientExchange::acquire(const ParamTensor& tensor, int row_begin, int r
     const Piece& piece = pieces_[p];
     // Every leaf's gradient starts from zero (the first visit of the leaf clears the piece).
     if (acquired_[p]++ == 0) std::memset(slot + piece.begin, 0, (piece.end - piece.begin) * sizeof(float));
-    return slot + tensor.offset + static_cast<size_t>(row_begin) * tensor.cols;
+    return slot + tensor.flat_offset + static_cast<size_t>(row_begin) * tensor.cols;
 }
 
 void GradientExchange::release(const ParamTensor& tensor, int row_begin, int row_end) {

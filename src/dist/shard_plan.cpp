@@ -12,8 +12,8 @@ namespace {
 // or at the start of the next f32 tensor.
 size_t value_position(const ParamLayout& layout, size_t cut) {
     for (const ParamTensor& tensor : layout.tensors) {
-        if (tensor.storage != TensorStorage::f32 || tensor.offset + tensor.count() <= cut) continue;
-        return tensor.value_offset + (cut > tensor.offset ? cut - tensor.offset : 0);
+        if (tensor.storage != TensorStorage::f32 || tensor.flat_offset + tensor.count() <= cut) continue;
+        return tensor.value_offset + (cut > tensor.flat_offset ? cut - tensor.flat_offset : 0);
     }
     return layout.value_total;
 }
@@ -22,8 +22,8 @@ size_t value_position(const ParamLayout& layout, size_t cut) {
 // elements, so they fall on whole bytes of any packing.
 size_t code_position(const ParamLayout& layout, const CodeGrid& grid, size_t cut) {
     for (const ParamTensor& tensor : layout.tensors) {
-        if (tensor.storage != TensorStorage::codes || tensor.offset + tensor.count() <= cut) continue;
-        return tensor.code_offset + (cut > tensor.offset ? code_bytes(grid, cut - tensor.offset) : 0);
+        if (tensor.storage != TensorStorage::codes || tensor.flat_offset + tensor.count() <= cut) continue;
+        return tensor.code_offset + (cut > tensor.flat_offset ? code_bytes(grid, cut - tensor.flat_offset) : 0);
     }
     return layout.code_total;
 }
@@ -31,10 +31,10 @@ size_t code_position(const ParamLayout& layout, const CodeGrid& grid, size_t cut
 }  // namespace
 
 ElementRange ShardPlan::owned(const ParamTensor& tensor, int rank) const {
-    const size_t first = std::max(tensor.offset, begin(rank));
-    const size_t last = std::min(tensor.offset + tensor.count(), end(rank));
+    const size_t first = std::max(tensor.flat_offset, begin(rank));
+    const size_t last = std::min(tensor.flat_offset + tensor.count(), end(rank));
     if (first >= last) return {};
-    return {first - tensor.offset, last - tensor.offset};
+    return {first - tensor.flat_offset, last - tensor.flat_offset};
 }
 
 std::vector<ElementRange> ShardPlan::owned_by(const ParamLayout& layout, int rank) const {

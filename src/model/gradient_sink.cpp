@@ -1,8 +1,6 @@
 #include "model/gradient_sink.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -20,12 +18,6 @@ int gradient_piece_rows(const ParamLayout& layout, const ParamTensor& tensor) {
     const size_t rows = std::max(unit, largest_block_linear / cols / unit * unit);
     return static_cast<int>(std::min(rows, static_cast<size_t>(tensor.rows)));
 }
-
-GradientBuffer::GradientBuffer(const ParamLayout& layout) : data_(MemCategory::gradients, layout.total) {}
-
-void GradientBuffer::zero() { std::memset(data_.data(), 0, data_.bytes()); }
-
-double GradientBuffer::global_norm() const { return std::sqrt(sum_of_squares(data_.data(), data_.size())); }
 
 std::vector<double> chunk_sums_of_squares(const float* x, size_t count) {
     const size_t chunks = (count + kSquareSumChunk - 1) / kSquareSumChunk;
@@ -47,12 +39,5 @@ double sum_in_order(const std::vector<double>& chunk_sums) {
 }
 
 double sum_of_squares(const float* x, size_t count) { return sum_in_order(chunk_sums_of_squares(x, count)); }
-
-void GradientBuffer::scale(float factor) {
-    float* g = data_.data();
-    const size_t total = data_.size();
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < total; ++i) g[i] *= factor;
-}
 
 }  // namespace dqt

@@ -3,8 +3,9 @@
 // rows in pieces (gradient_piece_rows: the whole tensor, except the embedding and the lm_head,
 // which go in slices no larger than the largest block linear) and, per piece, calls acquire,
 // accumulates that piece's gradient of this micro-batch into the buffer it got, and calls
-// release: the piece's gradient is then complete. A sink may keep every gradient
-// (GradientBuffer) or update the weights at once and drop it (optim/fused_update.h).
+// release: the piece's gradient is then complete. A sink may keep every gradient (the
+// data-parallel exchange, dist/gradient_exchange.h; the tests' GradientBuffer) or update the
+// weights at once and drop it (optim/fused_update.h).
 #include <cstddef>
 #include <vector>
 
@@ -36,28 +37,5 @@ std::vector<double> chunk_sums_of_squares(const float* x, size_t count);
 // Their sum in order.
 double sum_in_order(const std::vector<double>& chunk_sums);
 double sum_of_squares(const float* x, size_t count);
-
-// Every tensor's gradient in one flat fp32 array laid out by ParamTensor::offset (category
-// gradients): what global-norm clipping and gradient accumulation need. Accumulates across
-// backward passes until zero() is called.
-class GradientBuffer : public GradientSink {
-public:
-    explicit GradientBuffer(const ParamLayout& layout);
-    float* acquire(const ParamTensor& tensor, int row_begin, int) override {
-        return of(tensor) + static_cast<size_t>(row_begin) * tensor.cols;
-    }
-    void release(const ParamTensor&, int, int) override {}
-
-    float* of(const ParamTensor& tensor) const { return data_.data() + tensor.offset; }
-    const Array<float>& values() const { return data_; }
-    void zero();
-    // L2 norm of all gradients, summed in fixed chunks in index order (same bits for any
-    // thread count).
-    double global_norm() const;
-    void scale(float factor);
-
-private:
-    Array<float> data_;  // (layout.total)
-};
 
 }  // namespace dqt

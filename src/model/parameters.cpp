@@ -45,7 +45,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         tensor.storage = tensor.quantized && method.method == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
         // Every tensor starts 64-byte aligned inside its array; in the gradient layout on
         // kGradientTensorAlign (data-parallel shards cut there).
-        tensor.offset = layout.total;
+        tensor.flat_offset = layout.total;
         layout.total += round_up(tensor.count(), kGradientTensorAlign);
         if (tensor.storage == TensorStorage::codes) {
             tensor.code_offset = layout.code_total;

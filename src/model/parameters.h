@@ -23,7 +23,7 @@ struct ParamTensor {
     int cols = 0;
     TensorRole role = TensorRole::norm;
     int tensor_id = 0;        // position in the list: keys the counter-based RNG
-    size_t offset = 0;        // into a whole-model gradient buffer, in floats
+    size_t flat_offset = 0;   // in the whole-model order of gradients, optimizer state and shards, in floats
     TensorStorage storage = TensorStorage::f32;
     size_t value_offset = 0;  // f32 storage: into ModelParameters::values, in floats
     size_t code_offset = 0;   // codes storage: into ModelParameters::codes, in bytes

@@ -30,11 +30,6 @@ void TensorUpdate::finish(ExactSum whole_tensor_dot) {
     if (dqt_) dqt_->finish(moments_, exact_sum_value(whole_tensor_dot));
 }
 
-void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
-                    const AdamWConfig& config, float lr, int64_t t, uint64_t seed) {
-    optimizer_step_range(model, gradients.values().data(), 0, model.layout.total, state, config, lr, t, seed);
-}
-
 void optimizer_step_range(ModelParameters& model, const float* gradients, size_t begin, size_t end,
                           OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed,
                           const SumOverRanks& sum_over_ranks) {
@@ -45,8 +40,8 @@ void optimizer_step_range(ModelParameters& model, const float* gradients, size_t
     std::vector<ExactSum> dots;
     for (const ParamTensor& tensor : model.layout.tensors) {
         TensorUpdate& update = updates.emplace_back(model, tensor, state, config, lr, t, seed);
-        const size_t first = std::max(tensor.offset, begin), last = std::min(tensor.offset + tensor.count(), end);
-        if (first < last) update.apply(gradients + (first - begin), first - tensor.offset, last - tensor.offset);
+        const size_t first = std::max(tensor.flat_offset, begin), last = std::min(tensor.flat_offset + tensor.count(), end);
+        if (first < last) update.apply(gradients + (first - begin), first - tensor.flat_offset, last - tensor.flat_offset);
         dots.push_back(update.code_gradient_dot());
     }
     if (model.method.scale_rule == ScaleRule::learned && sum_over_ranks) sum_over_ranks(dots);

@@ -41,9 +41,6 @@ private:
 using SumOverRanks = std::function<void(std::vector<ExactSum>& per_tensor)>;
 
 // t is the 1-based step (bias correction and, with seed, the key of the rounding noise).
-void optimizer_step(ModelParameters& model, const GradientBuffer& gradients, OptimizerState& state,
-                    const AdamWConfig& config, float lr, int64_t t, uint64_t seed);
-
 // The step of the elements at flat gradient positions [begin, end) only (a data-parallel
 // shard: dist/shard_plan.h); gradients (end - begin) starts at position begin and state holds
 // at least those elements' moments. Every dqt tensor still gets its new scale: it follows from
