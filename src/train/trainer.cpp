@@ -70,45 +70,42 @@ double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-}  // namespace
+// Phase 1: the options the run trains with (the user's, or the checkpoint's on resume), its
+// data, and every check that needs no allocation beyond the dataset.
+struct RunSetup {
+    TrainOptions options;
+    Dataset data;
+    std::optional<CheckpointRun> checkpoint;  // on resume
+    bool finished = false;                    // resuming a run that already did all its steps
+};
 
-std::string checkpoint_path_in(const std::string& out_dir) { return out_dir + "/checkpoint.dqt"; }
-std::string metrics_path_in(const std::string& out_dir) { return out_dir + "/metrics.jsonl"; }
-
-TrainReport run_training(const TrainOptions& requested, const RunControl& control) {
-    TrainOptions options = requested;
-    const std::string checkpoint_path = checkpoint_path_in(options.out_dir);
-    std::optional<CheckpointRun> checkpoint_run;
+RunSetup settle_run(const TrainOptions& requested, const RunControl& control, const std::string& checkpoint_path) {
+    std::optional<CheckpointRun> checkpoint;
+    TrainOptions settled = requested;
     if (control.resume) {
         require(std::filesystem::exists(checkpoint_path),
                 "cannot resume: no checkpoint at " + checkpoint_path + " (start the run without --resume)");
-        checkpoint_run = read_checkpoint_run(checkpoint_path);
-        options = checkpoint_run->options;
-        options.out_dir = requested.out_dir;
+        checkpoint = read_checkpoint_run(checkpoint_path);
+        settled = checkpoint->options;
+        settled.out_dir = requested.out_dir;
     }
-    Dataset data = open_dataset(options.data_dir);
+    RunSetup run{settled, open_dataset(settled.data_dir), std::move(checkpoint)};
+    TrainOptions& options = run.options;
+    const Dataset& data = run.data;
     if (options.model.vocab_size == 0) options.model.vocab_size = data.tokenizer->vocab_size();
     options.validate();
     require(data.tokenizer->vocab_size() == options.model.vocab_size,
             "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
                 std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
                 std::to_string(data.tokenizer->vocab_size()));
-    if (checkpoint_run) {
-        require(same_tokenizer(*data.tokenizer, *checkpoint_run->tokenizer),
+    if (run.checkpoint) {
+        require(same_tokenizer(*data.tokenizer, *run.checkpoint->tokenizer),
                 "cannot resume: the dataset " + options.data_dir +
                     " now uses a different tokenizer than the run trained with (was the folder replaced?)");
-        if (checkpoint_run->step >= options.steps) {
-            // Nothing to train: leave the folder as it is (an end-of-run evaluation and memory
-            // report again would duplicate the last lines of metrics.jsonl).
-            if (world().is_root() && !control.quiet) {
-                std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
-                             options.out_dir.c_str(), options.steps);
-            }
-            TrainReport finished;
-            finished.steps_done = checkpoint_run->step;
-            finished.checkpoint_path = checkpoint_path;
-            return finished;
-        }
+        // Nothing to train: the folder stays as it is (an end-of-run evaluation and memory
+        // report again would duplicate the last lines of metrics.jsonl).
+        run.finished = run.checkpoint->step >= options.steps;
+        if (run.finished) return run;
     }
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
@@ -123,20 +120,20 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
                                            " parameters, " + std::to_string(static_cast<int64_t>(weight_gib)) +
                                            " GiB in fp32 alone, more than this machine's " +
                                            std::to_string(static_cast<int64_t>(machine_gib)) + " GiB of memory");
-
-    // Data parallel: every rank builds the same model; rank 0 alone writes files and prints.
-    Communicator& comm = world();
-    const bool writer = comm.is_root();
-    const int ranks = comm.size();
+    const int ranks = world().size();
     require(options.grad_accum % ranks == 0,
             "--grad-accum " + std::to_string(options.grad_accum) + " cannot be shared by " + std::to_string(ranks) +
                 " ranks: each rank runs whole micro-batches of --batch sequences, so --grad-accum must be a "
                 "multiple of the rank count (the global batch is --batch x --grad-accum sequences)" +
                 (control.resume ? std::string(": resume this run on a rank count that divides it") : ""));
-    // Rank 0 claims the run folder; every rank stops if it cannot (no rank may wait on it).
-    std::optional<FolderLock> folder_lock;
+    return run;
+}
+
+// Phase 2: rank 0 claims the run folder; every rank stops if it cannot (no rank may wait on it).
+void claim_run_folder(const TrainOptions& options, const RunControl& control, const std::string& checkpoint_path,
+                      Communicator& comm, std::optional<FolderLock>& folder_lock) {
     std::string refusal;
-    if (writer) {
+    if (comm.is_root()) {
         try {
             std::error_code ignored;
             std::filesystem::create_directories(options.out_dir, ignored);
@@ -150,121 +147,160 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
         }
     }
     if (comm.any(!refusal.empty()))
-        throw Error(writer ? refusal : "rank 0 could not claim the run folder " + options.out_dir);
+        throw Error(comm.is_root() ? refusal : "rank 0 could not claim the run folder " + options.out_dir);
+}
 
-    ModelParameters model(options.model, options.method);
-    const ShardPlan plan = make_shard_plan(model.layout, options.method.grid, ranks);
-    OptimizerState adam(model.layout, options.optim_state, plan.owned_by(model.layout, comm.rank()));
-    TrainingPosition position;
-    if (control.resume) {
-        position = load_training_state(checkpoint_path, model, adam);
-    } else {
-        model.initialize(options.seed);
-        if (writer) write_file_atomic(options.out_dir + "/config.json", nlohmann::json(options).dump(2) + "\n");
-    }
-    const int start_step = position.step;
-    std::optional<MetricsLog> metrics;
-    if (writer) metrics.emplace(metrics_path_in(options.out_dir), !control.resume, start_step);
-    std::optional<CodeDynamics> code_dynamics;
-    if (control.code_stats_every > 0 && writer) code_dynamics.emplace(model, control.code_stats_every);
-    TrainingStep training_step(model, adam, options.adam, options.grad_clip, options.fused_update, options.seed,
-                               options.grad_accum, comm, plan);
-    training_step.previous_grad_norm = position.previous_grad_norm;
-    training_step.skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
-    require(!training_step.skip_nonfinite || !options.fused_update,
-            "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
-            "pass, before the loss is known");
-
-    const int B = options.batch, T = options.model.seq_len;
-    Activations acts(options.model, B, T);
-    const LrSchedule schedule{options.lr, options.warmup_steps, options.steps, options.min_lr_ratio};
-    const float grad_scale = 1.0f / static_cast<float>(options.tokens_per_step());
-    const int64_t parameters = options.model.parameter_count();
-
-    FILE* out = control.quiet || !writer ? nullptr : stderr;
-    ProgressDisplay progress(out ? out : stderr, control.interactive, options.log_every);
-    auto say = [&](const std::string& line) {
-        if (out) progress.message(line);
-    };
-    if (start_step == 0) {
-        say("training " + std::to_string(parameters) + " parameters with " + options.method.label() + ", " +
-            std::to_string(options.tokens_per_step()) + " tokens/step, " + std::to_string(options.steps) +
-            " steps -> " + options.out_dir);
-        const std::string sharding =
-            ranks > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks) + " ranks" : "";
-        say(adam.describe(model.layout) + sharding +
-            (options.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
-        if (ranks > 1) {
-            say("data parallel over " + std::to_string(ranks) + " ranks: each runs " +
-                std::to_string(options.grad_accum / ranks) + " micro-batch(es) of " + std::to_string(B) +
-                " sequences per step; gradients reduce-scattered, new weights all-gathered");
+// Phases 3 to 5: the model and its state built or loaded, the step loop, the end of the run.
+// Every rank builds the same model; rank 0 alone writes files and prints.
+class TrainingRun {
+public:
+    TrainingRun(RunSetup& setup, const RunControl& control, const std::string& checkpoint_path)
+        : options_(setup.options),
+          data_(setup.data),
+          control_(control),
+          checkpoint_path_(checkpoint_path),
+          comm_(world()),
+          writer_(comm_.is_root()),
+          ranks_(comm_.size()),
+          model_(options_.model, options_.method),
+          plan_(make_shard_plan(model_.layout, options_.method.grid, ranks_)),
+          adam_(model_.layout, options_.optim_state, plan_.owned_by(model_.layout, comm_.rank())),
+          schedule_{options_.lr, options_.warmup_steps, options_.steps, options_.min_lr_ratio},
+          out_(control.quiet || !writer_ ? nullptr : stderr),
+          progress_(out_ ? out_ : stderr, control.interactive, options_.log_every) {
+        if (control.resume) {
+            position_ = load_training_state(checkpoint_path_, model_, adam_);
+        } else {
+            model_.initialize(options_.seed);
+            if (writer_) write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
         }
-    } else {
-        say("resuming " + options.out_dir + " at step " + std::to_string(start_step) + "/" +
-            std::to_string(options.steps));
+        if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, position_.step);
+        if (control.code_stats_every > 0 && writer_) code_dynamics_.emplace(model_, control.code_stats_every);
+        training_step_.emplace(model_, adam_, options_.adam, options_.grad_clip, options_.fused_update, options_.seed,
+                               options_.grad_accum, comm_, plan_);
+        training_step_->previous_grad_norm = position_.previous_grad_norm;
+        training_step_->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
+        require(!training_step_->skip_nonfinite || !options_.fused_update,
+                "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
+                "pass, before the loss is known");
     }
 
-    auto run_eval = [&](int step) {
-        // Built anew from the current weights; fp32 tensors are read in place, not copied.
-        const InferenceModel inference(model, WeightSource::borrow);
-        const EvalResult result = evaluate(inference, data.val, T, options.eval_tokens, comm);
-        if (metrics) {
-            metrics->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
-                             {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
+    TrainReport train() {
+        announce();
+        Activations acts(options_.model, options_.batch, options_.model.seq_len);
+        InterruptGuard interrupt_guard;
+        TrainReport report;
+        const int start_step = position_.step;
+        const auto start = Clock::now();
+        int step = start_step;
+        bool interrupted = false;
+        while (step < options_.steps) {
+            const StepOutcome outcome = run_step(acts, step);
+            ++step;
+            if (outcome.result.skipped) ++report.skipped_steps;
+            const double elapsed = seconds_since(start);
+            const double tokens_per_second = static_cast<double>(step - start_step) * options_.tokens_per_step() / elapsed;
+            log_step(step, start_step, outcome, tokens_per_second, elapsed);
+            report.final_train_loss = outcome.loss;
+            report.tokens_per_second = tokens_per_second;
+
+            if (options_.eval_every > 0 && step % options_.eval_every == 0 && step < options_.steps) evaluate(step);
+            // Every rank stops at the same step (a Ctrl-C may reach them at different moments).
+            const bool stop_now = (control_.stop_after_step > 0 && step >= control_.stop_after_step) ||
+                                  comm_.any(InterruptGuard::requested());
+            if ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) || stop_now) save(step);
+            if (stop_now && step < options_.steps) {
+                interrupted = true;
+                say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path_ +
+                    " (continue with --resume)");
+                break;
+            }
         }
-        char line[160];
-        std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
-                      result.bits_per_byte);
-        say(line);
-        return result;
+        report.steps_done = step;
+        report.checkpoint_path = checkpoint_path_;
+        if (interrupted) {
+            if (out_) progress_.finish();
+        } else {
+            finish(step, report);
+        }
+        return report;
+    }
+
+private:
+    struct StepOutcome {
+        TrainingStep::Result result;
+        double loss = 0.0;  // nats/token
+        float lr = 0.0f;
+        double seconds = 0.0;
     };
-    auto save = [&](int step) {
-        const TrainingPosition here{step, training_step.previous_grad_norm};
-        if (ranks == 1) {
-            save_training_checkpoint(checkpoint_path, options, here, model, adam, *data.tokenizer);
+
+    void say(const std::string& line) {
+        if (out_) progress_.message(line);
+    }
+
+    void announce() {
+        if (position_.step > 0) {
+            say("resuming " + options_.out_dir + " at step " + std::to_string(position_.step) + "/" +
+                std::to_string(options_.steps));
             return;
         }
-        // The whole optimizer state, so that any number of ranks can resume.
-        const std::optional<OptimizerState> whole = gather_optimizer_state(model.layout, plan, comm, adam);
-        if (writer) save_training_checkpoint(checkpoint_path, options, here, model, *whole, *data.tokenizer);
-    };
+        say("training " + std::to_string(options_.model.parameter_count()) + " parameters with " +
+            options_.method.label() + ", " + std::to_string(options_.tokens_per_step()) + " tokens/step, " +
+            std::to_string(options_.steps) + " steps -> " + options_.out_dir);
+        const std::string sharding =
+            ranks_ > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks_) + " ranks" : "";
+        say(adam_.describe(model_.layout) + sharding +
+            (options_.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
+        if (ranks_ > 1) {
+            say("data parallel over " + std::to_string(ranks_) + " ranks: each runs " +
+                std::to_string(options_.grad_accum / ranks_) + " micro-batch(es) of " + std::to_string(options_.batch) +
+                " sequences per step; gradients reduce-scattered, new weights all-gathered");
+        }
+    }
 
-    InterruptGuard interrupt_guard;
-    TrainReport report;
-    const auto start = Clock::now();
-    int64_t tokens_this_session = 0;
-    int step = start_step;
-    bool interrupted = false;
-    while (step < options.steps) {
+    // Step `step` + 1: sample, forward, backward, update. A non-finite loss or gradient norm
+    // that is not skipped ends the run before anything is saved.
+    StepOutcome run_step(Activations& acts, int step) {
         const auto step_start = Clock::now();
-        const float lr = schedule.at(step);
-        const TrainingStep::Result result =
-            training_step.run(acts, grad_scale, lr, step + 1, [&](int micro) {
-                sample_sequences(data.train, options.seed, static_cast<uint64_t>(step),
-                                 static_cast<uint64_t>(micro) * B, B, T, acts.tokens.data(), acts.targets.data());
-            });
-        const double loss = result.loss_sum / static_cast<double>(options.tokens_per_step());
-        ++step;
-        if (!result.skipped && !(std::isfinite(loss) && std::isfinite(result.grad_norm))) {
+        const int B = options_.batch, T = options_.model.seq_len;
+        StepOutcome outcome;
+        outcome.lr = schedule_.at(step);
+        const float grad_scale = 1.0f / static_cast<float>(options_.tokens_per_step());
+        outcome.result = training_step_->run(acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
+            sample_sequences(data_.train, options_.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(micro) * B,
+                             B, T, acts.tokens.data(), acts.targets.data());
+        });
+        outcome.loss = outcome.result.loss_sum / static_cast<double>(options_.tokens_per_step());
+        outcome.seconds = seconds_since(step_start);
+        const TrainingStep::Result& result = outcome.result;
+        const int done = step + 1;
+        if (!result.skipped && !(std::isfinite(outcome.loss) && std::isfinite(result.grad_norm))) {
             // This step's weights are not saved: the last checkpoint stays the last good state.
-            if (metrics) metrics->append({{"type", "diverged"}, {"step", step}, {"loss", loss}, {"grad_norm", result.grad_norm}});
-            const std::string last = std::filesystem::exists(checkpoint_path)
-                                         ? checkpoint_path + " is kept as it was"
+            if (metrics_) {
+                metrics_->append(
+                    {{"type", "diverged"}, {"step", done}, {"loss", outcome.loss}, {"grad_norm", result.grad_norm}});
+            }
+            const std::string last = std::filesystem::exists(checkpoint_path_)
+                                         ? checkpoint_path_ + " is kept as it was"
                                          : "no checkpoint was written";
-            throw Error("step " + std::to_string(step) + ": the loss or the gradient norm is not finite (loss " +
-                        std::to_string(loss) + ", gradient norm " + std::to_string(result.grad_norm) +
+            throw Error("step " + std::to_string(done) + ": the loss or the gradient norm is not finite (loss " +
+                        std::to_string(outcome.loss) + ", gradient norm " + std::to_string(result.grad_norm) +
                         "): the run diverged; " + last + ": lower --lr, or pass --on-nonfinite skip to skip such steps");
         }
         if (result.skipped) {
-            ++report.skipped_steps;
-            if (metrics) metrics->append({{"type", "skipped"}, {"step", step}, {"loss", loss}, {"grad_norm", result.grad_norm}});
-            say("step " + std::to_string(step) + ": non-finite loss or gradient, step skipped (no update)");
+            if (metrics_) {
+                metrics_->append(
+                    {{"type", "skipped"}, {"step", done}, {"loss", outcome.loss}, {"grad_norm", result.grad_norm}});
+            }
+            say("step " + std::to_string(done) + ": non-finite loss or gradient, step skipped (no update)");
         }
-        tokens_this_session += options.tokens_per_step();
+        return outcome;
+    }
 
-        const double elapsed = seconds_since(start);
-        const double tokens_per_second = tokens_this_session / elapsed;
-        if (step == start_step + 1 && ranks > 1) {
+    // The metrics line, code statistics and progress display after step `step`.
+    void log_step(int step, int start_step, const StepOutcome& outcome, double tokens_per_second, double elapsed) {
+        const TrainingStep::Result& result = outcome.result;
+        if (step == start_step + 1 && ranks_ > 1) {
             char line[200];
             std::snprintf(line, sizeof line,
                           "sent per step by rank 0: %.2f MB of gradients (reduce-scatter), %.2f MB of weights "
@@ -272,60 +308,112 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
                           result.gradient_bytes / 1e6, result.weight_bytes / 1e6);
             say(line);
         }
-        if (metrics && (step % options.log_every == 0 || step == options.steps)) {
-            metrics->append({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr},
-                             {"grad_norm", result.grad_norm},
-                             {"tokens", static_cast<int64_t>(step) * options.tokens_per_step()},
-                             {"step_seconds", seconds_since(step_start)}, {"tokens_per_second", tokens_per_second},
-                             {"ranks", ranks}, {"gradient_bytes_sent", result.gradient_bytes},
-                             {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes},
-                             {"exchange_wait_seconds", result.exchange_wait_seconds}});
+        if (metrics_ && (step % options_.log_every == 0 || step == options_.steps)) {
+            metrics_->append({{"type", "train"}, {"step", step}, {"loss", outcome.loss}, {"lr", outcome.lr},
+                              {"grad_norm", result.grad_norm},
+                              {"tokens", static_cast<int64_t>(step) * options_.tokens_per_step()},
+                              {"step_seconds", outcome.seconds}, {"tokens_per_second", tokens_per_second},
+                              {"ranks", ranks_}, {"gradient_bytes_sent", result.gradient_bytes},
+                              {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes},
+                              {"exchange_wait_seconds", result.exchange_wait_seconds}});
         }
         nlohmann::json code_record;
-        if (code_dynamics && code_dynamics->after_step(model, step, code_record) && metrics) metrics->append(code_record);
-        if (out) {
-            progress.update({step, options.steps, loss, tokens_per_second, lr,
-                             (options.steps - step) * elapsed / (step - start_step)});
-        }
-        report.final_train_loss = loss;
-        report.tokens_per_second = tokens_per_second;
-
-        if (options.eval_every > 0 && step % options.eval_every == 0 && step < options.steps) run_eval(step);
-        // Every rank stops at the same step (a Ctrl-C may reach them at different moments).
-        const bool stop_now = (control.stop_after_step > 0 && step >= control.stop_after_step) ||
-                              comm.any(InterruptGuard::requested());
-        if ((options.checkpoint_every > 0 && step % options.checkpoint_every == 0) || stop_now) save(step);
-        if (stop_now && step < options.steps) {
-            interrupted = true;
-            say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path +
-                " (continue with --resume)");
-            break;
+        if (code_dynamics_ && code_dynamics_->after_step(model_, step, code_record) && metrics_)
+            metrics_->append(code_record);
+        if (out_) {
+            progress_.update({step, options_.steps, outcome.loss, tokens_per_second, outcome.lr,
+                              (options_.steps - step) * elapsed / (step - start_step)});
         }
     }
 
-    report.steps_done = step;
-    report.checkpoint_path = checkpoint_path;
-    if (!interrupted) {
-        const EvalResult result = run_eval(step);
+    EvalResult evaluate(int step) {
+        // Built anew from the current weights; fp32 tensors are read in place, not copied.
+        const InferenceModel inference(model_, WeightSource::borrow);
+        const EvalResult result = dqt::evaluate(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
+        if (metrics_) {
+            metrics_->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
+                              {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
+        }
+        char line[160];
+        std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
+                      result.bits_per_byte);
+        say(line);
+        return result;
+    }
+
+    void save(int step) {
+        const TrainingPosition here{step, training_step_->previous_grad_norm};
+        if (ranks_ == 1) {
+            save_training_checkpoint(checkpoint_path_, options_, here, model_, adam_, *data_.tokenizer);
+            return;
+        }
+        // The whole optimizer state, so that any number of ranks can resume.
+        const std::optional<OptimizerState> whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
+        if (writer_) save_training_checkpoint(checkpoint_path_, options_, here, model_, *whole, *data_.tokenizer);
+    }
+
+    // The end of a run that was not interrupted: evaluation, last checkpoint, memory report.
+    void finish(int step, TrainReport& report) {
+        const EvalResult result = evaluate(step);
         report.val_loss = result.loss;
         report.val_bits_per_byte = result.bits_per_byte;
-        if (options.checkpoint_every == 0 || step % options.checkpoint_every != 0) save(step);
+        if (options_.checkpoint_every == 0 || step % options_.checkpoint_every != 0) save(step);
+        const int64_t parameters = options_.model.parameter_count();
         nlohmann::json memory = memory_report_json(parameters);  // of rank 0's process
         memory["step"] = step;
-        memory["optimizer_state"] = adam.describe(model.layout);
-        memory["fused_update"] = options.fused_update;
+        memory["optimizer_state"] = adam_.describe(model_.layout);
+        memory["fused_update"] = options_.fused_update;
         memory["threads"] = num_threads();  // per rank; tokens/s depends on it, the losses do not
-        memory["ranks"] = ranks;
-        if (metrics) metrics->append(memory);
-        if (out) {
-            progress.finish();
-            std::fprintf(out, "%s", memory_report_text(parameters).c_str());
-            std::fprintf(out, "checkpoint: %s\n", checkpoint_path.c_str());
+        memory["ranks"] = ranks_;
+        if (metrics_) metrics_->append(memory);
+        if (out_) {
+            progress_.finish();
+            std::fprintf(out_, "%s", memory_report_text(parameters).c_str());
+            std::fprintf(out_, "checkpoint: %s\n", checkpoint_path_.c_str());
         }
-    } else if (out) {
-        progress.finish();
     }
-    return report;
+
+    const TrainOptions& options_;
+    const Dataset& data_;
+    const RunControl& control_;
+    const std::string checkpoint_path_;
+    Communicator& comm_;
+    const bool writer_;  // rank 0: writes files and prints
+    const int ranks_;
+    ModelParameters model_;
+    const ShardPlan plan_;
+    OptimizerState adam_;
+    const LrSchedule schedule_;
+    TrainingPosition position_;
+    std::optional<MetricsLog> metrics_;
+    std::optional<CodeDynamics> code_dynamics_;
+    std::optional<TrainingStep> training_step_;  // built after the weights are loaded
+    FILE* out_;                                  // progress output; null when quiet or not rank 0
+    ProgressDisplay progress_;
+};
+
+}  // namespace
+
+std::string checkpoint_path_in(const std::string& out_dir) { return out_dir + "/checkpoint.dqt"; }
+std::string metrics_path_in(const std::string& out_dir) { return out_dir + "/metrics.jsonl"; }
+
+TrainReport run_training(const TrainOptions& requested, const RunControl& control) {
+    const std::string checkpoint_path = checkpoint_path_in(requested.out_dir);
+    RunSetup setup = settle_run(requested, control, checkpoint_path);
+    if (setup.finished) {
+        if (world().is_root() && !control.quiet) {
+            std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
+                         setup.options.out_dir.c_str(), setup.options.steps);
+        }
+        TrainReport finished;
+        finished.steps_done = setup.checkpoint->step;
+        finished.checkpoint_path = checkpoint_path;
+        return finished;
+    }
+    std::optional<FolderLock> folder_lock;  // held until the run returns
+    claim_run_folder(setup.options, control, checkpoint_path, world(), folder_lock);
+    TrainingRun run(setup, control, checkpoint_path);
+    return run.train();
 }
 
 }  // namespace dqt
