@@ -210,7 +210,7 @@ void add_bench_generate_command(CLI::App& bench) {
             const ModelConfig config =
                 resolve_model_config(*command, args->model_flags, args->config_path, default_bench_config());
             MethodConfig method;
-            method.method = Method::dqt;
+            method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)
             ModelParameters random_model(config, method);
             random_model.initialize(1);

@@ -75,7 +75,7 @@ const MemoryCase& find_case(const std::string& name) {
 nlohmann::json run_case(const MemoryCase& c, const ModelConfig& config, const MemoryArgs& args) {
     ThroughputSetup setup;
     setup.model = config;
-    setup.method.method = c.method;
+    setup.method.kind = c.method;
     if (c.method == Method::dqt) {
         setup.method.grid = CodeGrid{c.bits};
         setup.method.quantize_embedding = true;

@@ -64,7 +64,7 @@ void run(CLI::App& command, TrainArgs& args) {
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
         args.options.method = resolve_method_config(command, args.method_flags);
         args.options.optim_state = resolve_optim_state(args.method_flags);
-        require(args.code_stats_every == 0 || args.options.method.method != Method::fp,
+        require(args.code_stats_every == 0 || args.options.method.kind != Method::fp,
                 "--code-stats-every measures quantized weights, and an fp model has none (use --method bitnet or dqt)");
         // Under mpirun, each rank runs one micro-batch unless told otherwise: the global batch
         // grows with the ranks (give --grad-accum to keep it fixed).

@@ -22,8 +22,8 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
 
 MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f) {
     MethodConfig config;
-    config.method = parse_method(f.method);
-    if (config.method != Method::dqt) {
+    config.kind = parse_method(f.method);
+    if (config.kind != Method::dqt) {
         require(command.count("--bits") == 0, "--bits applies to --method dqt only");
         require(command.count("--rounding") == 0, "--rounding applies to --method dqt only");
         require(command.count("--dqt-scale") == 0, "--dqt-scale applies to --method dqt only");

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
         const int64_t eval_tokens = argc > 2 ? std::stoll(argv[2]) : 262144;
         const LoadedModel loaded = load_model_checkpoint(argv[1]);
         const ModelParameters& model = *loaded.model;
-        require(model.method.method == Method::dqt && !model.method.grid.ternary(), "needs an n-bit dqt checkpoint");
+        require(model.method.kind == Method::dqt && !model.method.grid.ternary(), "needs an n-bit dqt checkpoint");
         const Dataset data = open_dataset(loaded.options.data_dir);
         const int window = model.config.seq_len;
 

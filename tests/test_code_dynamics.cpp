@@ -27,7 +27,7 @@ ModelConfig tiny_config() {
 
 MethodConfig method_of(Method method) {
     MethodConfig m;
-    m.method = method;
+    m.kind = method;
     m.grid.bits = 1;
     m.validate();
     return m;

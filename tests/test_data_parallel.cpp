@@ -116,7 +116,7 @@ TEST(ShardPlan, SharesCoverTheLayoutOnChunkAndBlockBoundaries) {
     config.n_kv_heads = 2;
     config.ffn_dim = 172;  // not a multiple of 256: tensors of odd sizes
     MethodConfig method;
-    method.method = Method::dqt;
+    method.kind = Method::dqt;
     const ParamLayout layout = make_param_layout(config, method);
     for (int ranks : {1, 2, 3, 5, 64}) {
         const ShardPlan plan = make_shard_plan(layout, method.grid, ranks);
@@ -190,7 +190,7 @@ TEST(GradientExchange, OneRankSumsSeparateLeafGradientsPairwise) {
         config.seq_len = 16;
         config.tie_embeddings = tied;
         MethodConfig method;
-        method.method = Method::dqt;
+        method.kind = Method::dqt;
         method.quantize_embedding = method.quantize_head = tied;
         ModelParameters model(config, method);
         model.initialize(3);

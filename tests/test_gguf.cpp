@@ -247,7 +247,7 @@ ModelConfig export_config(bool subln, bool tied, int ffn) {
 
 MethodConfig dqt_bits(int bits) {
     MethodConfig m;
-    m.method = Method::dqt;
+    m.kind = Method::dqt;
     m.grid = CodeGrid{bits};
     return m;
 }
@@ -353,7 +353,7 @@ TEST(GgufModel, FileTypeIsWhatMostBlockLinearWeightsAreStoredAs) {
         export_gguf(model, *tokenizer, options, path);
         const GgufReader reader(path);
         EXPECT_EQ(reader.u32("general.file_type"), c.file_type);
-        if (c.method.method == Method::fp) continue;
+        if (c.method.kind == Method::fp) continue;
         // With scale tensors, F32 tensors outnumber the rest: llama.cpp's guess from tensor
         // counts would say "all F32".
         int f32_tensors = 0;
@@ -408,7 +408,7 @@ TEST(GgufModel, SpecialTokenIdsNameTheTokenizersPieces) {
 TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {
     TempDir dir("gguf-bitnet");
     MethodConfig bitnet;
-    bitnet.method = Method::bitnet;
+    bitnet.kind = Method::bitnet;
     const ModelConfig config = export_config(true, true, 512);
     ModelParameters model(config, bitnet);
     model.initialize(77);

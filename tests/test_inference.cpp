@@ -41,7 +41,7 @@ ModelConfig small_config(bool subln, int kv_heads) {
 
 MethodConfig method_of(Method method, int bits, bool quantize_ends = false) {
     MethodConfig m;
-    m.method = method;
+    m.kind = method;
     m.grid.bits = bits;
     m.quantize_head = quantize_ends;
     m.quantize_embedding = quantize_ends && method == Method::dqt;

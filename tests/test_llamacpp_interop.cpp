@@ -178,7 +178,7 @@ LoadedModel train_small(const std::string& out_dir, Method method, int bits) {
     options.model.ffn_dim = 512;
     options.model.seq_len = 64;
     options.model.tie_embeddings = true;
-    options.method.method = method;
+    options.method.kind = method;
     options.method.grid = CodeGrid{bits};
     options.steps = 30;
     options.eval_every = 0;
@@ -389,7 +389,7 @@ TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
         config.vocab_size = tokenizer->vocab_size();
         config.tie_embeddings = true;
         MethodConfig method;
-        method.method = Method::dqt;
+        method.kind = Method::dqt;
         ModelParameters model(config, method);
         model.initialize(3);
         const std::string gguf = dir / "bpe.gguf";

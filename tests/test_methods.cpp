@@ -57,7 +57,7 @@ void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments,
 
 MethodConfig dqt_method(int bits) {
     MethodConfig m;
-    m.method = Method::dqt;
+    m.kind = Method::dqt;
     m.grid = CodeGrid{bits};
     return m;
 }
@@ -210,7 +210,7 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     MethodConfig method;
-    method.method = Method::bitnet;
+    method.kind = Method::bitnet;
     ModelParameters model(small_config(), method);
     model.initialize(seed);
     const ParamTensor& weight = *model.tensors.layers[0].w_gate;  // (F, C) = (24, 16)
@@ -325,16 +325,16 @@ TEST(DqtStorage, WeightsCategoryIsTheCodesOnly) {
 TEST(WeightAccess, DenseWeightIsWhatEachMethodDefines) {
     const ModelConfig config = small_config();
     MethodConfig bitnet;
-    bitnet.method = Method::bitnet;
+    bitnet.kind = Method::bitnet;
     for (const MethodConfig& method : {MethodConfig{}, bitnet, dqt_method(1), dqt_method(5)}) {
         ModelParameters model(config, method);
         model.initialize(11);
         const ParamTensor& tensor = *model.tensors.layers[0].wq;
         const DenseWeight dense(model, tensor);
         std::vector<float> expected(tensor.count());
-        if (method.method == Method::bitnet) {
+        if (method.kind == Method::bitnet) {
             absmean_ternarize(expected.data(), model.value(tensor), tensor.count());
-        } else if (method.method == Method::dqt) {
+        } else if (method.kind == Method::dqt) {
             for (size_t i = 0; i < tensor.count(); ++i)
                 expected[i] = read_code(model.code(tensor), method.grid, i) / model.scale(tensor);
         } else {
@@ -349,12 +349,12 @@ TEST(WeightAccess, DenseWeightIsWhatEachMethodDefines) {
 TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
     const ModelConfig config = small_config();
     MethodConfig bitnet;
-    bitnet.method = Method::bitnet;
+    bitnet.kind = Method::bitnet;
     {
         ModelParameters model(config, bitnet);
         model.initialize(21);
         const auto converted = convert_to_ternary(model);
-        EXPECT_EQ(converted->method.method, Method::dqt);
+        EXPECT_EQ(converted->method.kind, Method::dqt);
         EXPECT_TRUE(converted->method.grid.ternary());
         Activations a(config, 2, config.seq_len), b(config, 2, config.seq_len);
         for (size_t i = 0; i < a.tokens.size(); ++i) a.tokens[i] = b.tokens[i] = static_cast<int32_t>(i * 7 % 13);

@@ -152,9 +152,9 @@ struct MethodCase {
 
 std::vector<MethodCase> method_cases() {
     MethodConfig bitnet;
-    bitnet.method = Method::bitnet;
+    bitnet.kind = Method::bitnet;
     MethodConfig dqt_ternary;
-    dqt_ternary.method = Method::dqt;
+    dqt_ternary.kind = Method::dqt;
     MethodConfig dqt_4bit_everything = dqt_ternary;
     dqt_4bit_everything.grid = CodeGrid{4};
     dqt_4bit_everything.quantize_embedding = true;

@@ -270,7 +270,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
                               const GgufExportOptions& options, const std::string& path) {
     // bitnet's inference weights are the absmean ternarization of its latents.
     std::unique_ptr<ModelParameters> converted;
-    if (source.method.method == Method::bitnet) converted = convert_to_ternary(source);
+    if (source.method.kind == Method::bitnet) converted = convert_to_ternary(source);
     const ModelParameters& model = converted ? *converted : source;
     const ModelConfig& c = model.config;
     require(tokenizer.vocab_size() == c.vocab_size, "export: the tokenizer's vocabulary does not match the model's");

@@ -7,22 +7,22 @@
 namespace dqt {
 
 void MethodConfig::validate() const {
-    if (method == Method::fp) {
+    if (kind == Method::fp) {
         require(!quantize_embedding && !quantize_head,
                 "--quantize-embedding and --quantize-head need --method bitnet or dqt (fp has nothing to quantize)");
     }
-    if (method == Method::bitnet) {
+    if (kind == Method::bitnet) {
         require(!quantize_embedding,
                 "--quantize-embedding needs --method dqt (BitNet keeps the embedding lookup in full precision)");
     }
-    if (method != Method::dqt) {
+    if (kind != Method::dqt) {
         require(rounding == Rounding::stochastic, "--rounding applies to --method dqt only");
         require(scale_rule == ScaleRule::reference, "--dqt-scale applies to --method dqt only");
     }
 }
 
 std::string MethodConfig::label() const {
-    switch (method) {
+    switch (kind) {
         case Method::fp: return "fp";
         case Method::bitnet: return "bitnet";
         case Method::dqt:
@@ -73,7 +73,7 @@ ScaleRule parse_scale_rule(const std::string& name) {
 const char* scale_rule_name(ScaleRule rule) { return rule == ScaleRule::learned ? "learned" : "reference"; }
 
 void to_json(nlohmann::json& j, const MethodConfig& c) {
-    j = nlohmann::json{{"method", method_name(c.method)},
+    j = nlohmann::json{{"method", method_name(c.kind)},
                        {"bits", c.grid.label()},
                        {"rounding", rounding_name(c.rounding)},
                        {"scale_rule", scale_rule_name(c.scale_rule)},
@@ -84,7 +84,7 @@ void to_json(nlohmann::json& j, const MethodConfig& c) {
 
 void from_json(const nlohmann::json& j, MethodConfig& c) {
     try {
-        c.method = parse_method(j.at("method").get<std::string>());
+        c.kind = parse_method(j.at("method").get<std::string>());
         c.grid = parse_code_grid(j.at("bits").get<std::string>());
         c.rounding = parse_rounding(j.at("rounding").get<std::string>());
         // Absent in files written before the learned scale existed: those used the reference rule.

@@ -27,7 +27,7 @@ enum class ScaleRule { reference, learned };
 enum class ComputeDtype { fp32, bf16 };
 
 struct MethodConfig {
-    Method method = Method::fp;
+    Method kind = Method::fp;  // the training method: fp, bitnet or dqt
     CodeGrid grid{1};                          // dqt: code format ("bits"), ternary by default
     Rounding rounding = Rounding::stochastic;  // dqt: how updates return to the grid
     ScaleRule scale_rule = ScaleRule::reference;  // dqt: how the scale moves

@@ -20,7 +20,7 @@ namespace {
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 bool follows_method(TensorRole role, const MethodConfig& method) {
-    if (method.method == Method::fp) return false;
+    if (method.kind == Method::fp) return false;
     switch (role) {
         case TensorRole::block_linear: return true;
         case TensorRole::embedding: return method.quantize_embedding;
@@ -42,7 +42,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         tensor.role = role;
         tensor.tensor_id = static_cast<int>(layout.tensors.size());
         tensor.quantized = follows_method(role, method);
-        tensor.storage = tensor.quantized && method.method == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
+        tensor.storage = tensor.quantized && method.kind == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
         // Every tensor starts 64-byte aligned inside its array; in the gradient layout on
         // kGradientTensorAlign (data-parallel shards cut there).
         tensor.flat_offset = layout.total;

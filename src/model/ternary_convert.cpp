@@ -40,10 +40,10 @@ float twn_ternarize(uint8_t* codes, const float* w, size_t count, const CodeGrid
 }  // namespace
 
 std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model, TernaryRule rule) {
-    require(model.method.method != Method::fp,
+    require(model.method.kind != Method::fp,
             "ternary inference needs a bitnet or dqt checkpoint: an fp model has no quantized weights");
     MethodConfig ternary = model.method;
-    ternary.method = Method::dqt;
+    ternary.kind = Method::dqt;
     ternary.grid = CodeGrid{1};
     ternary.rounding = Rounding::stochastic;  // not used at inference; the method's default
     auto converted = std::make_unique<ModelParameters>(model.config, ternary);
