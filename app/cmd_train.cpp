@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataset.h"
-#include "dist/comm.h"
+#include "data_parallel/comm.h"
 #include "infer/generate.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"

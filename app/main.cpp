@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "data_parallel/comm.h"
 
 namespace {
 

@@ -15,10 +15,10 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/comm.h"
-#include "dist/gradient_exchange.h"
-#include "dist/pairwise_sum.h"
-#include "dist/shard_plan.h"
+#include "data_parallel/comm.h"
+#include "data_parallel/gradient_exchange.h"
+#include "data_parallel/pairwise_sum.h"
+#include "data_parallel/shard_plan.h"
 #include "model/gradient_sink.h"
 #include "model/llama.h"
 #include "optim/optimizer_state.h"

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "data/shard.h"
-#include "dist/comm.h"
+#include "data_parallel/comm.h"
 #include "infer/inference_model.h"
 
 namespace dqt {

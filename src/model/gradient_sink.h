@@ -4,7 +4,7 @@
 // which go in slices no larger than the largest block linear) and, per piece, calls acquire,
 // accumulates that piece's gradient of this micro-batch into the buffer it got, and calls
 // release: the piece's gradient is then complete. A sink may keep every gradient (the
-// data-parallel exchange, dist/gradient_exchange.h; the tests' GradientBuffer) or update the
+// data-parallel exchange, data_parallel/gradient_exchange.h; the tests' GradientBuffer) or update the
 // weights at once and drop it (optim/fused_update.h).
 #include <cstddef>
 #include <vector>

@@ -41,7 +41,7 @@ struct ElementRange {
 };
 
 // Each tensor starts on a multiple of this many floats in a whole-model gradient buffer (so
-// data-parallel shard cuts, dist/shard_plan.h, fall on whole state blocks and code bytes).
+// data-parallel shard cuts, data_parallel/shard_plan.h, fall on whole state blocks and code bytes).
 inline constexpr size_t kGradientTensorAlign = 256;
 
 struct ParamLayout {

@@ -42,7 +42,7 @@ using SumOverRanks = std::function<void(std::vector<ExactSum>& per_tensor)>;
 
 // t is the 1-based step (bias correction and, with seed, the key of the rounding noise).
 // The step of the elements at flat gradient positions [begin, end) only (a data-parallel
-// shard: dist/shard_plan.h); gradients (end - begin) starts at position begin and state holds
+// shard: data_parallel/shard_plan.h); gradients (end - begin) starts at position begin and state holds
 // at least those elements' moments. Every dqt tensor still gets its new scale: it follows from
 // the pre-update codes, which every rank holds; a learned one from the dot of every rank,
 // which sum_over_ranks combines.

@@ -15,9 +15,9 @@
 #include "core/parallel.h"
 #include "data/batch.h"
 #include "data/dataset.h"
-#include "dist/comm.h"
-#include "dist/shard_plan.h"
-#include "dist/sharded_state.h"
+#include "data_parallel/comm.h"
+#include "data_parallel/shard_plan.h"
+#include "data_parallel/sharded_state.h"
 #include "infer/evaluate.h"
 #include "io/atomic_file.h"
 #include "io/folder_lock.h"
@@ -47,7 +47,7 @@ public:
     ~InterruptGuard() { std::signal(SIGINT, previous_); }
 
     // A Ctrl-C since the last call: caught by the handler, or pending while SIGINT is blocked
-    // (under mpirun, dist/comm.cpp), then taken from the pending set.
+    // (under mpirun, data_parallel/comm.cpp), then taken from the pending set.
     static bool requested() {
         if (g_stop_requested.load()) return true;
         sigset_t pending;

@@ -5,17 +5,17 @@
 //
 // Unfused steps run data-parallel over the ranks of `comm` (one rank: the same code, nothing
 // sent): rank r runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the
-// gradients are reduce-scattered in a fixed order (dist/gradient_exchange.h), each rank
-// updates the elements it owns (dist/shard_plan.h) and all-gathers the new weights: integer
+// gradients are reduce-scattered in a fixed order (data_parallel/gradient_exchange.h), each rank
+// updates the elements it owns (data_parallel/shard_plan.h) and all-gathers the new weights: integer
 // codes for dqt tensors, fp32 for the rest.
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/gradient_exchange.h"
-#include "dist/shard_plan.h"
+#include "data_parallel/comm.h"
+#include "data_parallel/gradient_exchange.h"
+#include "data_parallel/shard_plan.h"
 #include "model/llama.h"
 #include "optim/fused_update.h"
 #include "optim/optimizer.h"

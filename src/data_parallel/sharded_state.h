@@ -4,8 +4,8 @@
 // resuming rank reads back only its slice (train/model_checkpoint.h).
 #include <optional>
 
-#include "dist/comm.h"
-#include "dist/shard_plan.h"
+#include "data_parallel/comm.h"
+#include "data_parallel/shard_plan.h"
 #include "optim/optimizer_state.h"
 
 namespace dqt {

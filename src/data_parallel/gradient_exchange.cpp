@@ -1,4 +1,4 @@
-#include "dist/gradient_exchange.h"
+#include "data_parallel/gradient_exchange.h"
 
 #include <algorithm>
 #include <chrono>

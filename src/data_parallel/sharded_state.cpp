@@ -1,4 +1,4 @@
-#include "dist/sharded_state.h"
+#include "data_parallel/sharded_state.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "dist/shard_plan.h"
+#include "data_parallel/shard_plan.h"
 
 #include <algorithm>
 

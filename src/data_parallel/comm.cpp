@@ -1,4 +1,4 @@
-#include "dist/comm.h"
+#include "data_parallel/comm.h"
 
 #include <mpi.h>
 #include <pthread.h>

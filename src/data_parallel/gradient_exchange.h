@@ -2,7 +2,7 @@
 // The gradient side of a data-parallel step (ZeRO-1). Each rank runs the backward pass of its
 // leaves (micro-batches [rank * k, (rank + 1) * k) of the step's M = N * k) into this sink:
 //  - every leaf's gradient starts from zero in its own stack slot, and the pairwise merges of
-//    dist/pairwise_sum.h run piece by piece as each piece is released;
+//    data_parallel/pairwise_sum.h run piece by piece as each piece is released;
 //  - when the last leaf releases a piece, the piece is final on this rank: its parts that other
 //    ranks own go out at once (one nonblocking MPI_Ialltoallw per gradient piece: the bucket),
 //    overlapping the rest of the backward pass;
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "dist/comm.h"
-#include "dist/pairwise_sum.h"
-#include "dist/shard_plan.h"
+#include "data_parallel/comm.h"
+#include "data_parallel/pairwise_sum.h"
+#include "data_parallel/shard_plan.h"
 #include "model/gradient_sink.h"
 #include "model/parameters.h"
 
