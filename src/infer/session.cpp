@@ -163,7 +163,7 @@ InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows
     const size_t offset = static_cast<size_t>(share.first) * cols;
     if (gain != nullptr) {
         rmsnorm_forward_serial(normed + offset, share.scratch->rstd.data() + share.first, rows + offset, gain,
-                        share.last - share.first, cols, model_.config.norm_eps);
+                               share.last - share.first, cols, model_.config.norm_eps);
         rows = normed;
     }
     if (product.quantized()) {
