@@ -61,6 +61,8 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 0"), "n_layers must be positive");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr -0.1"), "--lr must be a positive finite number");
     // Non-finite numbers: accepted before, they trained into a checkpoint nothing could load.
+    // Six significant digits: std::to_string wrote 31 digits here and 300 for a double 1e300.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr -1e30"), "--lr must be a positive finite number, got -1e+30");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr inf"), "--lr must be a positive finite number");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --lr nan"), "--lr must be a positive finite number");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --init-std inf"), "init_std must be a positive finite");
@@ -81,10 +83,10 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     // above do not set: a flag given on the command line wins over the file.)
     write_bytes(root / "fraction.json", "{\"n_kv_heads\": 2.9}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "fraction.json")),
-                          "n_kv_heads must be a whole number, got 2.9");
+                          "n_kv_heads must be a whole number, got '2.9'");
     write_bytes(root / "wide.json", "{\"vocab_size\": 4294967360}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "wide.json")),
-                          "vocab_size = 4294967360 is out of range");
+                          "vocab_size = '4294967360' is out of range");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --dim 4294967360"), "--dim");
 }
 

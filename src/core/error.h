@@ -1,6 +1,7 @@
 #pragma once
 // One exception type for every user-facing failure. The CLI catches it and prints
 // "dqt: error: <message>" on one line with a non-zero exit: messages name the thing and the fix.
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,6 +30,14 @@ inline std::string quote_untrusted(std::string_view text, size_t shown = 60) {
     }
     out += text.size() > shown ? "'..." : "'";
     return out;
+}
+
+// A number for a message: six significant digits ("1e+300", "-1e-09", "0.25"), where
+// std::to_string would write 300 digits for 1e300 and "0.000000" for 1e-9.
+inline std::string format_number(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
 }
 
 // Throws dqt::Error(message) when condition is false. For input validation, not internal bugs.

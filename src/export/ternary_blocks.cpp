@@ -41,7 +41,7 @@ void for_each_tq1_trit(Visit&& visit) {
 // Runs once per block: the message is built only on failure.
 void require_ternary_scale(uint16_t d) {
     if (d == kHalfOne || d == 0) return;
-    throw Error("GGUF ternary block has scale " + std::to_string(f16_to_float(d)) +
+    throw Error("GGUF ternary block has scale " + format_number(f16_to_float(d)) +
                 "; dqt reads the files it wrote (block scale 1, the tensor's scale in <name>.scale)");
 }
 

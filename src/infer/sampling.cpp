@@ -12,10 +12,10 @@ namespace dqt {
 
 void SamplingOptions::validate() const {
     require(std::isfinite(temperature) && temperature >= 0.0f,
-            "--temperature must be a finite number >= 0 (0 = greedy), got " + std::to_string(temperature));
+            "--temperature must be a finite number >= 0 (0 = greedy), got " + format_number(temperature));
     require(top_k >= 0, "--top-k must not be negative (0 = all tokens), got " + std::to_string(top_k));
     require(std::isfinite(top_p) && top_p > 0.0f && top_p <= 1.0f,
-            "--top-p must be in (0, 1] (1 = no nucleus cut), got " + std::to_string(top_p));
+            "--top-p must be in (0, 1] (1 = no nucleus cut), got " + format_number(top_p));
 }
 
 int32_t sample_token(const float* logits, int vocab, const SamplingOptions& options, float u) {

@@ -31,7 +31,7 @@ void ModelConfig::validate() const {
                                      std::to_string(head_dim()));
     auto positive_finite = [](const char* name, float value) {
         require(std::isfinite(value) && value > 0, std::string("model config: ") + name +
-                                                       " must be a positive finite number, got " + std::to_string(value));
+                                                       " must be a positive finite number, got " + format_number(value));
     };
     positive_finite("rope_theta", rope_theta);
     positive_finite("norm_eps", norm_eps);
@@ -67,10 +67,10 @@ namespace {
 int exact_int(const nlohmann::json& j, const char* key) {
     const nlohmann::json& value = j.at(key);
     require(value.is_number_integer(), std::string("model config: ") + key + " must be a whole number, got " +
-                                           value.dump());
+                                           quote_untrusted(value.dump()));
     const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= INT32_MAX
                                                  : value.get<int64_t>() >= INT32_MIN && value.get<int64_t>() <= INT32_MAX;
-    require(fits, std::string("model config: ") + key + " = " + value.dump() + " is out of range");
+    require(fits, std::string("model config: ") + key + " = " + quote_untrusted(value.dump()) + " is out of range");
     return value.get<int>();
 }
 

@@ -14,7 +14,7 @@ void TrainOptions::validate() const {
     require(steps > 0, "--steps must be positive, got " + std::to_string(steps));
     require(batch > 0, "--batch must be positive, got " + std::to_string(batch));
     require(grad_accum > 0, "--grad-accum must be positive, got " + std::to_string(grad_accum));
-    require(std::isfinite(lr) && lr > 0, "--lr must be a positive finite number, got " + std::to_string(lr));
+    require(std::isfinite(lr) && lr > 0, "--lr must be a positive finite number, got " + format_number(lr));
     require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]");
     require(warmup_steps >= 0, "--warmup must not be negative");
     require(adam.beta1 >= 0 && adam.beta1 < 1, "--beta1 must be in [0, 1)");

@@ -284,7 +284,7 @@ private:
                                          ? checkpoint_path_ + " is kept as it was"
                                          : "no checkpoint was written";
             throw Error("step " + std::to_string(done) + ": the loss or the gradient norm is not finite (loss " +
-                        std::to_string(outcome.loss) + ", gradient norm " + std::to_string(result.grad_norm) +
+                        format_number(outcome.loss) + ", gradient norm " + format_number(result.grad_norm) +
                         "): the run diverged; " + last + ": lower --lr, or pass --on-nonfinite skip to skip such steps");
         }
         if (result.skipped) {
