@@ -29,9 +29,9 @@ void add_bench_train_command(CLI::App& bench) {
         "train", "training throughput of the reference config (dim 256, 4 layers, 4 heads, FFN 688, seq 256, batch 8)");
     add_model_flags(*train, args->model_flags, args->config_path);
     add_method_flags(*train, args->method_flags);
-    train->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-    train->add_option("--steps", args->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
-    train->add_option("--warmup", args->warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+    train->add_option("--batch", args->batch, "sequences per step")->check(positive_whole_number())->capture_default_str();
+    train->add_option("--steps", args->steps, "timed steps")->check(positive_whole_number())->capture_default_str();
+    train->add_option("--warmup", args->warmup, "untimed steps first")->check(non_negative_whole_number())->capture_default_str();
     train->add_flag("--fused-update", args->fused_update, "update each weight inside the backward pass");
     add_threads_flag(*train, args->threads);
     train->add_flag("--json", args->json, "print one JSON object");

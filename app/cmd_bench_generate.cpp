@@ -183,13 +183,13 @@ void add_bench_generate_command(CLI::App& bench) {
     add_model_flags(*command, args->model_flags, args->config_path);
     command->add_option("--bits", args->bits, "code width of the random default model: 1.58 (ternary) or 2..8")
         ->capture_default_str();
-    command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length")->check(CLI::PositiveNumber)->capture_default_str();
+    command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length")->check(positive_whole_number())->capture_default_str();
     command->add_option("--decode-tokens", args->decode_tokens, "generated tokens timed")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_whole_number())
         ->capture_default_str();
-    command->add_option("--repeats", args->repeats, "best of this many runs")->check(CLI::PositiveNumber)->capture_default_str();
+    command->add_option("--repeats", args->repeats, "best of this many runs")->check(positive_whole_number())->capture_default_str();
     command->add_option("--threads", args->threads, "compute threads, for both engines")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_whole_number())
         ->capture_default_str();
     add_kv_cache_flag(*command, args->kv_cache);
     command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");

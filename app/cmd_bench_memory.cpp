@@ -150,9 +150,9 @@ void add_bench_memory_command(CLI::App& bench) {
         "memory", "training memory of every method on the paper's 130M model (each case in its own process)");
     add_model_flags(*command, args->model_flags, args->config_path);
     command->add_option("--case", args->case_name, "run only this case, in this process");
-    command->add_option("--batch", args->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+    command->add_option("--batch", args->batch, "sequences per step")->check(positive_whole_number())->capture_default_str();
     command->add_option("--steps", args->steps, "timed steps (after one untimed)")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_whole_number())
         ->capture_default_str();
     add_threads_flag(*command, args->threads);
     command->add_flag("--json", args->json, "JSON lines instead of a table");

@@ -26,13 +26,13 @@ void add_generate_command(CLI::App& app) {
     CLI::App* command = app.add_subcommand("generate", "sample text from a checkpoint");
     command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file")->required();
     command->add_option("--prompt", args->prompt, "text to continue")->capture_default_str();
-    command->add_option("--tokens", args->tokens, "new tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+    command->add_option("--tokens", args->tokens, "new tokens to generate")->check(non_negative_whole_number())->capture_default_str();
     // Float ranges are checked by SamplingOptions::validate(): CLI11's own range message prints
     // the largest double in full.
     command->add_option("--temperature", args->sampling.temperature, "softmax temperature (0 = greedy)")
         ->capture_default_str();
     command->add_option("--top-k", args->sampling.top_k, "sample among the k likeliest (0 = all)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative_whole_number())
         ->capture_default_str();
     command->add_option("--top-p", args->sampling.top_p, "nucleus: smallest set with this mass")
         ->capture_default_str();
@@ -59,6 +59,9 @@ void add_generate_command(CLI::App& app) {
         std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
                      result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
                      model.kernels_label().c_str());
+        if (result.generated_tokens < args->tokens)
+            std::fprintf(stderr, "stopped at the model's context of %d tokens, before the %d asked for with --tokens\n",
+                         model.config.seq_len, args->tokens);
     });
 }
 

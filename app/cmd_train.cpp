@@ -137,7 +137,7 @@ void add_train_command(CLI::App& app) {
     command->add_option("--code-stats-every", args->code_stats_every,
                         "every N steps, log how the quantized weights' codes move (metrics.jsonl, type \"codes\"; "
                         "holds two int8 copies of them)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_whole_number());
     command->add_option("--on-nonfinite", args->on_nonfinite,
                         "a step with a non-finite loss or gradient: stop (keep the last checkpoint) or skip it")
         ->capture_default_str();

@@ -43,6 +43,11 @@ void add_method_flags(CLI::App& command, MethodFlags& flags);
 MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& flags);
 StateDtype resolve_optim_state(const MethodFlags& flags);
 
+// Checks for whole-number flags, in place of CLI11's PositiveNumber and NonNegativeNumber
+// (whose messages print the largest double in 300 digits).
+CLI::Validator positive_whole_number();
+CLI::Validator non_negative_whole_number();
+
 // --threads N (0 = all cores); applied with dqt::set_num_threads.
 void add_threads_flag(CLI::App& command, int& threads);
 

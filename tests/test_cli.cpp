@@ -132,6 +132,15 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     expect_one_line_error(run_dqt("generate " + checkpoint + " --temperature nan"), "--temperature must be a finite");
     expect_one_line_error(run_dqt("generate " + checkpoint + " --temperature inf"), "--temperature must be a finite");
     expect_one_line_error(run_dqt("generate " + checkpoint + " --top-p nan"), "--top-p must be in (0, 1]");
+    // CLI11's own range check printed the largest double in 300 digits here.
+    expect_one_line_error(run_dqt("generate " + checkpoint + " --top-k -2"), "--top-k: must be 0 or more, got -2 (");
+    // More tokens than the context holds: generation stops at the context and says so.
+    const CommandResult long_request = run_dqt("generate " + checkpoint + " --prompt Our --tokens 1000");
+    EXPECT_EQ(long_request.exit_code, 0) << long_request.output;
+    EXPECT_NE(long_request.output.find("29 generated"), std::string::npos) << long_request.output;
+    EXPECT_NE(long_request.output.find("stopped at the model's context of 32 tokens, before the 1000 asked for"),
+              std::string::npos)
+        << long_request.output;
 }
 
 TEST(Cli, ResumeRejectsChangedSettings) {
