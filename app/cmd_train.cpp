@@ -26,6 +26,7 @@ struct TrainArgs {
     int stop_after = 0;
     int code_stats_every = 0;
     bool overwrite = false;
+    bool async_checkpoint = false;
     std::string on_nonfinite = "stop";
     bool no_sample = false;
     bool quiet = false;
@@ -54,6 +55,7 @@ void run(CLI::App& command, TrainArgs& args) {
             const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
                                  name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
                                  name == "--code-stats-every" || name == "--on-nonfinite" ||
+                                 name == "--async-checkpoint" ||
                                  name == "--prompt" || name == "--help";
             require(allowed || option->count() == 0,
                     name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
@@ -78,6 +80,7 @@ void run(CLI::App& command, TrainArgs& args) {
     control.stop_after_step = args.stop_after;
     control.code_stats_every = args.code_stats_every;
     control.overwrite = args.overwrite;
+    control.async_checkpoint = args.async_checkpoint;
     require(args.on_nonfinite == "stop" || args.on_nonfinite == "skip",
             "unknown --on-nonfinite '" + args.on_nonfinite + "': use stop or skip");
     control.on_nonfinite = args.on_nonfinite == "skip" ? RunControl::NonFinite::skip : RunControl::NonFinite::stop;
@@ -128,6 +131,9 @@ void add_train_command(CLI::App& app) {
     command->add_option("--log-every", o.log_every, "steps between metric lines")->capture_default_str();
     command->add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0 = end only)")
         ->capture_default_str();
+    command->add_flag("--async-checkpoint", args->async_checkpoint,
+                      "write checkpoints on a background thread: training pauses only to copy the state "
+                      "(memory: one more copy of the checkpoint, about its file size)");
     command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
     add_threads_flag(*command, args->threads);
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");

@@ -5,7 +5,7 @@
 # then docs/img/ternary_code_dynamics.png and a table on stdout (docs/results.md).
 #
 #   bash scripts/ternary_ablations.sh              every run (about 15-25 min per pair on 2 cores)
-#   ONLY=dqt-1.58-wd0 bash scripts/ternary_ablations.sh     just that run
+#   ONLY="dqt-1.58-wd0 bitnet" bash scripts/ternary_ablations.sh     just these runs
 # Two runs go side by side, one thread each (the results do not depend on the thread count).
 # Runs that finished (their metrics hold the final eval) are skipped; others start over.
 set -euo pipefail
@@ -43,6 +43,10 @@ runs=(
   "brown-bitnet|--data data/brown-byte --method bitnet"
   "brown-dqt-1.58-learned-b0.98-lr3e-3|--data data/brown-byte --method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
   "brown-dqt-1.58|--data data/brown-byte --method dqt --bits 1.58"
+  "recipe-wd0|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --weight-decay 0"
+  "recipe-beta2-0.99|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --beta2 0.99"
+  "recipe-minlr0|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
+  "bitnet-minlr0|--method bitnet --min-lr-ratio 0"
 )
 root=runs/codes
 mkdir -p "$root"
@@ -50,7 +54,7 @@ finished() { [ -f "$1/metrics.jsonl" ] && grep -q '"type":"memory"\|"peak' "$1/m
 pending=()
 for entry in "${runs[@]}"; do
   name="${entry%%|*}"
-  [ -z "${ONLY:-}" ] || [ "$name" = "$ONLY" ] || continue
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]] || continue
   if finished "$root/$name"; then echo "== $name: done already"; continue; fi
   pending+=("$entry")
 done

@@ -11,7 +11,9 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "io/atomic_file.h"
+#include "io/background_checkpoint.h"
 #include "io/checkpoint.h"
 
 using namespace dqt;
@@ -405,4 +407,43 @@ TEST_F(IoAtomicFile, ReadFileErrorsNameThePath) {
     EXPECT_ERROR_CONTAINS(read_file(dir_.string()), "cannot read file " + dir_.string() + ": Is a directory");
     write_file_atomic(path, "");
     EXPECT_EQ(read_file(path), "");
+}
+
+using BackgroundCheckpoint = IoDir;
+
+// The background write copies the tensors before write() returns: the file holds the bytes a
+// synchronous save made at that moment, whatever the caller changes afterwards, and the
+// reused copy of a second write holds the second state.
+TEST_F(BackgroundCheckpoint, WritesTheBytesOfASynchronousSaveWhateverChangesAfterwards) {
+    Sample sample;
+    save_checkpoint(file("sync-1.bin"), sample.meta, sample.views());
+    BackgroundCheckpointWriter writer;
+    writer.write(file("background-1.bin"), sample.meta, sample.views());
+    sample.weights[0] = 99.0f;  // training goes on while the thread writes
+    sample.codes[3] = -1;
+    sample.meta["step"] = 1235;
+    writer.wait();
+    EXPECT_EQ(slurp(file("background-1.bin")), slurp(file("sync-1.bin")));
+
+    writer.write(file("background-2.bin"), sample.meta, sample.views());
+    save_checkpoint(file("sync-2.bin"), sample.meta, sample.views());
+    writer.wait();
+    EXPECT_EQ(slurp(file("background-2.bin")), slurp(file("sync-2.bin")));
+    EXPECT_NE(slurp(file("background-2.bin")), slurp(file("background-1.bin")));
+    // One copy, accounted: the tensors' bytes at 64-byte aligned offsets.
+    EXPECT_GE(writer.snapshot_bytes(), sample.weights.size() * sizeof(float) + sample.codes.size());
+    EXPECT_EQ(memory_live_bytes(MemCategory::snapshot), static_cast<int64_t>(writer.snapshot_bytes()));
+}
+
+TEST_F(BackgroundCheckpoint, AFailedWriteIsThrownByTheNextWaitAndLeavesNoFile) {
+    const Sample sample;
+    BackgroundCheckpointWriter writer;
+    const std::string unwritable = file("no-such-folder/ckpt.bin");
+    writer.write(unwritable, sample.meta, sample.views());
+    EXPECT_ERROR_CONTAINS(writer.wait(), unwritable);
+    EXPECT_TRUE(listing().empty());
+    // The writer works again after a failure.
+    writer.write(file("ckpt.bin"), sample.meta, sample.views());
+    writer.wait();
+    EXPECT_EQ(CheckpointReader(file("ckpt.bin")).meta(), sample.meta);
 }

@@ -85,9 +85,11 @@ int temporary_files_in(const std::string& folder) {
 }  // namespace
 
 // kill -9 at fixed moments of a run that saves a checkpoint after every step, so that some kills
-// land inside a checkpoint write: each resume ends with the tensors of the uninterrupted run, and
-// the next save removes what a killed write left behind.
-TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
+// land inside a checkpoint write: each resume ends with the tensors of the uninterrupted run
+// (written synchronously), and the next save removes what a killed write left behind.
+// `write_flags` picks how the killed runs write their checkpoints.
+namespace {
+void expect_killed_runs_resume_to_the_uninterrupted_result(const std::string& write_flags) {
     TempDir root("kill9");
     const std::string args = "train --data " + tiny_dataset_dir() +
                              " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --steps 40 "
@@ -101,7 +103,8 @@ TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
         const std::string out = root / ("killed-" + std::to_string(delay_ms));
         const pid_t child = fork();
         if (child == 0) {
-            const std::string command = "exec " + binary + " " + args + " --out " + out + " > /dev/null 2>&1";
+            const std::string command =
+                "exec " + binary + " " + args + " " + write_flags + " --out " + out + " > /dev/null 2>&1";
             execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
             _exit(127);
         }
@@ -121,7 +124,19 @@ TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
         expect_same_tensors(checkpoint_path_in(root / "whole"), checkpoint);
         EXPECT_EQ(temporary_files_in(out), 0);
     }
-    std::printf("[ kill -9 ] 8 kills, %d inside a checkpoint write\n", killed_inside_a_write);
+    std::printf("[ kill -9 ] 8 kills (%s), %d inside a checkpoint write\n",
+                write_flags.empty() ? "writes in the loop" : write_flags.c_str(), killed_inside_a_write);
+}
+}  // namespace
+
+TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
+    expect_killed_runs_resume_to_the_uninterrupted_result("");
+}
+
+// The same with checkpoints written by a background thread while the next steps run: a kill
+// during that write leaves the previous checkpoint, and the tensors equal the synchronous run's.
+TEST(CrashConsistency, RunsWithBackgroundCheckpointsKilledAnywhereResumeToTheUninterruptedResult) {
+    expect_killed_runs_resume_to_the_uninterrupted_result("--async-checkpoint");
 }
 
 TEST(Train, TinyRunLossFalls) {

@@ -19,6 +19,7 @@ const char* mem_category_name(MemCategory category) {
         case MemCategory::activations: return "activations";
         case MemCategory::scratch: return "scratch";
         case MemCategory::data: return "data";
+        case MemCategory::snapshot: return "snapshot";
         case MemCategory::count: break;
     }
     return "unknown";

@@ -10,7 +10,8 @@
 
 namespace dqt {
 
-enum class MemCategory : int { weights, gradients, optimizer, activations, scratch, data, count };
+// snapshot: the copy of a checkpoint that a background write reads (io/background_checkpoint.h).
+enum class MemCategory : int { weights, gradients, optimizer, activations, scratch, data, snapshot, count };
 inline constexpr int kMemCategoryCount = static_cast<int>(MemCategory::count);
 const char* mem_category_name(MemCategory category);
 

@@ -1,6 +1,7 @@
 #include "train/model_checkpoint.h"
 
 #include <cmath>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -168,10 +169,11 @@ std::unique_ptr<Tokenizer> read_tokenizer(const CheckpointReader& reader, const 
     return load_tokenizer(kind, blob);
 }
 
-}  // namespace
-
-void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
-                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
+// Hands the checkpoint's metadata and tensors (pointing at the live parameters and state) to
+// `store`, which writes them now or copies them for a background write.
+void with_training_checkpoint(const TrainOptions& options, const TrainingPosition& position,
+                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer,
+                              const std::function<void(const nlohmann::json&, const std::vector<TensorView>&)>& store) {
     nlohmann::json meta;
     meta["kind"] = kCheckpointKind;
     meta["step"] = position.step;
@@ -185,7 +187,26 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
     for (const ParamTensor& tensor : model.layout.tensors) add_moments(tensors, model, tensor, state.of(tensor));
     tensors.push_back({"tokenizer", "u8", {static_cast<int64_t>(tokenizer_blob.size())}, tokenizer_blob.data(),
                        tokenizer_blob.size()});
-    save_checkpoint(path, meta, tensors);
+    store(meta, tensors);
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
+                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
+    with_training_checkpoint(options, position, model, state, tokenizer,
+                             [&](const nlohmann::json& meta, const std::vector<TensorView>& tensors) {
+                                 save_checkpoint(path, meta, tensors);
+                             });
+}
+
+void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::string& path, const TrainOptions& options,
+                               const TrainingPosition& position, const ModelParameters& model,
+                               const OptimizerState& state, const Tokenizer& tokenizer) {
+    with_training_checkpoint(options, position, model, state, tokenizer,
+                             [&](const nlohmann::json& meta, const std::vector<TensorView>& tensors) {
+                                 writer.write(path, meta, tensors);
+                             });
 }
 
 CheckpointRun read_checkpoint_run(const std::string& path) {

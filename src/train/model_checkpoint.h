@@ -5,6 +5,7 @@
 #include <string>
 
 #include "data/tokenizer.h"
+#include "io/background_checkpoint.h"
 #include "model/parameters.h"
 #include "optim/optimizer_state.h"
 #include "train/options.h"
@@ -20,6 +21,11 @@ struct TrainingPosition {
 // Written atomically (temp file, fsync, rename).
 void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
                               const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer);
+// The same file written by `writer` on its own thread: returns once the state is copied, so
+// training may go on (the copy's size is that of the file). writer.wait() says when it is on disk.
+void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::string& path, const TrainOptions& options,
+                               const TrainingPosition& position, const ModelParameters& model,
+                               const OptimizerState& state, const Tokenizer& tokenizer);
 
 struct LoadedModel {
     std::unique_ptr<ModelParameters> model;

@@ -211,6 +211,7 @@ public:
             if ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) || stop_now) save(step);
             if (stop_now && step < options_.steps) {
                 interrupted = true;
+                wait_for_checkpoint();
                 say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path_ +
                     " (continue with --resume)");
                 break;
@@ -341,16 +342,33 @@ private:
         return result;
     }
 
+    // The step loop's pause for a checkpoint: the whole write, or with --async-checkpoint the
+    // copy of the state that a background thread then writes (metrics.jsonl: "checkpoint").
     void save(int step) {
+        const auto start = Clock::now();
         const TrainingPosition here{step, training_step_->previous_grad_norm};
-        if (ranks_ == 1) {
-            save_training_checkpoint(checkpoint_path_, options_, here, model_, adam_, *data_.tokenizer);
-            return;
+        std::optional<OptimizerState> whole;
+        if (ranks_ > 1) {
+            // The whole optimizer state, so that any number of ranks can resume.
+            whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
         }
-        // The whole optimizer state, so that any number of ranks can resume.
-        const std::optional<OptimizerState> whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
-        if (writer_) save_training_checkpoint(checkpoint_path_, options_, here, model_, *whole, *data_.tokenizer);
+        if (writer_) {
+            const OptimizerState& state = whole ? *whole : adam_;
+            if (control_.async_checkpoint) {
+                start_training_checkpoint(background_writer_, checkpoint_path_, options_, here, model_, state,
+                                          *data_.tokenizer);
+            } else {
+                save_training_checkpoint(checkpoint_path_, options_, here, model_, state, *data_.tokenizer);
+            }
+            metrics_->append({{"type", "checkpoint"},
+                              {"step", step},
+                              {"write", control_.async_checkpoint ? "background" : "in the loop"},
+                              {"pause_seconds", seconds_since(start)}});
+        }
     }
+
+    // Returns when the last checkpoint is on disk (a background write's failure is thrown).
+    void wait_for_checkpoint() { background_writer_.wait(); }
 
     // The end of a run that was not interrupted: evaluation, last checkpoint, memory report.
     void finish(int step, TrainReport& report) {
@@ -358,6 +376,7 @@ private:
         report.val_loss = result.loss;
         report.val_bits_per_byte = result.bits_per_byte;
         if (options_.checkpoint_every == 0 || step % options_.checkpoint_every != 0) save(step);
+        wait_for_checkpoint();
         const int64_t parameters = options_.model.parameter_count();
         nlohmann::json memory = memory_report_json(parameters);  // of rank 0's process
         memory["step"] = step;
@@ -390,6 +409,7 @@ private:
     std::optional<TrainingStep> training_step_;  // built after the weights are loaded
     FILE* out_;                                  // progress output; null when quiet or not rank 0
     ProgressDisplay progress_;
+    BackgroundCheckpointWriter background_writer_;  // used with --async-checkpoint
 };
 
 }  // namespace

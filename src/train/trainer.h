@@ -14,6 +14,7 @@ struct RunControl {
     bool quiet = false;         // no progress output at all (tests)
     int code_stats_every = 0;   // > 0: log how the quantized weights' codes move (train/code_dynamics.h)
     bool overwrite = false;     // start over in a folder that holds a checkpoint (else refused)
+    bool async_checkpoint = false;  // write checkpoints on a background thread (same bytes)
     // A step with a non-finite loss or gradient norm: stop the run without saving its weights
     // (the last checkpoint stays), or skip it (no update) and go on.
     enum class NonFinite { stop, skip } on_nonfinite = NonFinite::stop;
