@@ -35,8 +35,8 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 def records(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
-print("| write | round | pauses per checkpoint (s) | median pause (s) | mean step (s) | snapshot (MiB) | checkpoint file (MiB) | peak RSS (MiB) |")
-print("|---|---|---|---|---|---|---|---|")
+print("| write | round | pauses per checkpoint (s) | median pause (s) | mean step (s) | 8 steps + pauses (s) | snapshot (MiB) | checkpoint file (MiB) | peak RSS (MiB) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for mode in ("sync", "async"):
     for r in range(1, rounds + 1):
         run = f"{work}/{mode}-{r}"
@@ -46,6 +46,6 @@ for mode in ("sync", "async"):
         memory = next(x for x in rows if x.get("type") == "memory")
         size = os.path.getsize(f"{run}/checkpoint.dqt") / 2**20
         print(f"| {mode} | {r} | {', '.join(f'{p:.3f}' for p in pauses)} | {statistics.median(pauses):.3f} | "
-              f"{statistics.mean(steps):.2f} | {memory['peak_bytes']['snapshot'] / 2**20:.0f} | {size:.0f} | "
+              f"{statistics.mean(steps):.2f} | {sum(steps) + sum(pauses):.1f} | {memory['peak_bytes']['snapshot'] / 2**20:.0f} | {size:.0f} | "
               f"{memory['peak_rss_bytes'] / 2**20:.0f} |")
 EOF

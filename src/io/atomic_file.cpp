@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -15,6 +17,11 @@
 namespace dqt {
 
 namespace {
+
+// O_DIRECT transfers start and end on this boundary (the logical block size of every Linux
+// file system is at most 4 KiB); the staging buffer holds 8 MiB of them.
+constexpr size_t kDirectAlignment = 4096;
+constexpr size_t kStagingBytes = size_t{8} << 20;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -53,10 +60,20 @@ void remove_dead_writers_leftovers(const std::string& path) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(const std::string& path)
+AtomicFileWriter::AtomicFileWriter(const std::string& path, PageCache cache)
     : path_(path), temp_path_(path + ".tmp." + std::to_string(::getpid())) {
     remove_dead_writers_leftovers(path);
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    if (cache == PageCache::bypass) {
+        fd_ = ::open(temp_path_.c_str(), flags | O_DIRECT, 0644);
+        direct_ = fd_ >= 0;
+    }
+    if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), flags, 0644);  // also: no O_DIRECT here (EINVAL)
+    if (direct_) {
+        staging_ = Buffer(MemCategory::scratch, kStagingBytes + kDirectAlignment);
+        const auto address = reinterpret_cast<uintptr_t>(staging_.data());
+        stage_ = reinterpret_cast<char*>((address + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment);
+    }
     if (fd_ < 0) {
         const bool no_dir = errno == ENOENT;
         throw Error("cannot write " + path_ + ": " + errno_text() +
@@ -71,6 +88,56 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::write(const void* data, size_t bytes) {
     require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    if (!direct_) return write_all(data, bytes);
+    const auto* cursor = static_cast<const char*>(data);
+    while (bytes > 0) {
+        const size_t piece = std::min(bytes, kStagingBytes - staged_);
+        std::memcpy(stage_ + staged_, cursor, piece);
+        staged_ += piece;
+        cursor += piece;
+        bytes -= piece;
+        if (staged_ == kStagingBytes) flush_staged(false);
+    }
+}
+
+void AtomicFileWriter::flush_staged(bool tail) {
+    const size_t blocks = staged_ / kDirectAlignment * kDirectAlignment;
+    if (blocks > 0) {
+        const ssize_t done = ::write(fd_, stage_, blocks);
+        if (done < 0 && errno == EINVAL) {
+            // The file system took O_DIRECT at open but not this write: go through the cache.
+            stop_bypassing();
+            write_all(stage_, staged_);
+            staged_ = 0;
+            return;
+        }
+        if (done < 0 && errno != EINTR) throw Error("cannot write " + path_ + ": " + errno_text());
+        // A short or interrupted direct write: the rest of the stage goes through the cache.
+        const size_t written = done > 0 ? static_cast<size_t>(done) : 0;
+        if (written < blocks) {
+            stop_bypassing();
+            write_all(stage_ + written, staged_ - written);
+            staged_ = 0;
+            return;
+        }
+        std::memmove(stage_, stage_ + blocks, staged_ - blocks);
+        staged_ -= blocks;
+    }
+    if (tail && staged_ > 0) {
+        stop_bypassing();  // O_DIRECT writes whole blocks only
+        write_all(stage_, staged_);
+        staged_ = 0;
+    }
+}
+
+void AtomicFileWriter::stop_bypassing() {
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
+        throw Error("cannot write " + path_ + ": " + errno_text());
+    direct_ = false;
+}
+
+void AtomicFileWriter::write_all(const void* data, size_t bytes) {
     const auto* cursor = static_cast<const char*>(data);
     while (bytes > 0) {
         const ssize_t done = ::write(fd_, cursor, bytes);
@@ -83,6 +150,7 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 
 void AtomicFileWriter::commit() {
     require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    if (direct_) flush_staged(true);
     // Each call's errno is read right after it: a message argument of require() may be
     // evaluated before its condition, and would then report a stale errno ("Success").
     // Delayed write errors (NFS, disk full on flush) surface at fsync or close: check both.

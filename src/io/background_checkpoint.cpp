@@ -11,6 +11,13 @@ constexpr size_t kAlignment = 64;
 
 size_t align_up(size_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
 
+// Bytes of the copy: every tensor at a 64-byte aligned offset.
+size_t copy_bytes(const std::vector<TensorView>& tensors) {
+    size_t bytes = 0;
+    for (const TensorView& tensor : tensors) bytes = align_up(bytes) + tensor.nbytes;
+    return bytes;
+}
+
 }  // namespace
 
 BackgroundCheckpointWriter::~BackgroundCheckpointWriter() {
@@ -22,11 +29,24 @@ void BackgroundCheckpointWriter::wait() {
     if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
+void BackgroundCheckpointWriter::reserve(const std::vector<TensorView>& tensors) {
+    wait();
+    const size_t needed = copy_bytes(tensors);
+    if (storage_.bytes() >= needed) return;
+    storage_.release();
+    thread_ = std::thread([this, needed] {
+        try {
+            storage_ = Buffer(MemCategory::snapshot, needed);  // zeroed: every page touched here
+        } catch (...) {
+            failure_ = std::current_exception();
+        }
+    });
+}
+
 void BackgroundCheckpointWriter::write(const std::string& path, const nlohmann::json& meta,
                                        const std::vector<TensorView>& tensors) {
     wait();
-    size_t needed = 0;
-    for (const TensorView& tensor : tensors) needed = align_up(needed) + tensor.nbytes;
+    const size_t needed = copy_bytes(tensors);
     // Kept between writes: a fresh buffer would be zeroed and faulted in during the pause.
     if (storage_.bytes() < needed) {
         storage_.release();

@@ -24,12 +24,16 @@ public:
     BackgroundCheckpointWriter(const BackgroundCheckpointWriter&) = delete;
     BackgroundCheckpointWriter& operator=(const BackgroundCheckpointWriter&) = delete;
 
+    // Allocates the copy's memory for tensors of these sizes on the writer's thread, so that the
+    // first write() does not fault it in during its pause (fresh pages cost about 1 s per
+    // 300 MB on the VM of docs/results.md). Optional: write() allocates what is missing.
+    void reserve(const std::vector<TensorView>& tensors);
     // Waits for the previous write (throwing its failure), copies meta and every tensor, then
     // starts writing them to path and returns: the caller may change the tensors right away.
     void write(const std::string& path, const nlohmann::json& meta, const std::vector<TensorView>& tensors);
     // Returns when the write under way (if any) is on disk; throws its failure (dqt::Error).
     void wait();
-    // Bytes of the copy the writer holds (0 before the first write).
+    // Bytes of the copy the writer holds (0 before the first write); after wait().
     size_t snapshot_bytes() const { return storage_.bytes(); }
 
 private:

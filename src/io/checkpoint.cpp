@@ -107,7 +107,7 @@ void save_checkpoint(const std::string& path, const json& meta, const std::vecto
         data_start = needed;
     }
 
-    AtomicFileWriter writer(path);
+    AtomicFileWriter writer(path, PageCache::bypass);
     uint32_t crc = 0;
     uint64_t position = 0;
     auto emit = [&](const void* data, size_t bytes) {

@@ -209,6 +209,14 @@ void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::st
                              });
 }
 
+void reserve_training_checkpoint(BackgroundCheckpointWriter& writer, const TrainOptions& options,
+                                 const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
+    with_training_checkpoint(options, TrainingPosition{}, model, state, tokenizer,
+                             [&](const nlohmann::json&, const std::vector<TensorView>& tensors) {
+                                 writer.reserve(tensors);
+                             });
+}
+
 CheckpointRun read_checkpoint_run(const std::string& path) {
     CheckpointReader reader(path);
     RunMetadata metadata = read_run_metadata(reader, path);

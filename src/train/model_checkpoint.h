@@ -26,6 +26,10 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
 void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::string& path, const TrainOptions& options,
                                const TrainingPosition& position, const ModelParameters& model,
                                const OptimizerState& state, const Tokenizer& tokenizer);
+// Has `writer` allocate, in the background, the copy that start_training_checkpoint will need
+// for this model and state (for a data-parallel shard of the state: the shard's size only).
+void reserve_training_checkpoint(BackgroundCheckpointWriter& writer, const TrainOptions& options,
+                                 const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer);
 
 struct LoadedModel {
     std::unique_ptr<ModelParameters> model;

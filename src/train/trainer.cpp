@@ -183,6 +183,11 @@ public:
         require(!training_step_->skip_nonfinite || !options_.fused_update,
                 "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
                 "pass, before the loss is known");
+        if (control.async_checkpoint && writer_) {
+            // With N ranks rank 0 writes the gathered whole state, N times its shard: the first
+            // checkpoint then allocates the rest of the copy.
+            reserve_training_checkpoint(background_writer_, options_, model_, adam_, *data_.tokenizer);
+        }
     }
 
     TrainReport train() {
