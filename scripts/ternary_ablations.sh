@@ -47,6 +47,8 @@ runs=(
   "recipe-beta2-0.99|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --beta2 0.99"
   "recipe-minlr0|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
   "bitnet-minlr0|--method bitnet --min-lr-ratio 0"
+  "brown-recipe-minlr0|--data data/brown-byte --method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
+  "brown-bitnet-minlr0|--data data/brown-byte --method bitnet --min-lr-ratio 0"
 )
 root=runs/codes
 mkdir -p "$root"
