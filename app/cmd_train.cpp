@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data_parallel/comm.h"
 #include "infer/generate.h"
+#include "train/dqt_recipe.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
 
@@ -65,6 +66,9 @@ void run(CLI::App& command, TrainArgs& args) {
         defaults.vocab_size = 0;  // 0: take the dataset tokenizer's vocabulary
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
         args.options.method = resolve_method_config(command, args.method_flags);
+        const ExplicitSettings given{command.count("--dqt-scale") > 0, command.count("--beta1") > 0,
+                                     command.count("--lr") > 0, command.count("--min-lr-ratio") > 0};
+        apply_dqt_recipe(parse_dqt_recipe(args.method_flags.recipe), given, args.options);
         args.options.optim_state = resolve_optim_state(args.method_flags);
         require(args.code_stats_every == 0 || args.options.method.kind != Method::fp,
                 "--code-stats-every measures quantized weights, and an fp model has none (use --method bitnet or dqt)");
@@ -115,10 +119,12 @@ void add_train_command(CLI::App& app) {
     command->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
     command->add_option("--grad-accum", o.grad_accum,
                         "micro-batches per step, a multiple of the rank count under mpirun (default: 1 per rank)");
-    command->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-    command->add_option("--min-lr-ratio", o.min_lr_ratio, "final LR as a fraction of the peak")->capture_default_str();
+    command->add_option("--lr", o.lr, "peak learning rate (dqt: default from --dqt-recipe)")->capture_default_str();
+    command->add_option("--min-lr-ratio", o.min_lr_ratio,
+                        "final LR as a fraction of the peak (dqt: default from --dqt-recipe)")
+        ->capture_default_str();
     command->add_option("--warmup", o.warmup_steps, "linear warm-up steps")->capture_default_str();
-    command->add_option("--beta1", o.adam.beta1, "Adam beta1")->capture_default_str();
+    command->add_option("--beta1", o.adam.beta1, "Adam beta1 (dqt: default from --dqt-recipe)")->capture_default_str();
     command->add_option("--beta2", o.adam.beta2, "Adam beta2")->capture_default_str();
     command->add_option("--adam-eps", o.adam.eps, "Adam epsilon")->capture_default_str();
     command->add_option("--weight-decay", o.adam.weight_decay, "decoupled weight decay")->capture_default_str();

@@ -32,7 +32,8 @@ struct MethodFlags {
     std::string method = "fp";
     std::string bits = "1.58";
     std::string rounding = "stochastic";
-    std::string scale_rule = "reference";
+    std::string recipe = "tuned";        // --dqt-recipe (train/dqt_recipe.h)
+    std::string scale_rule = "learned";  // --dqt-scale; used only when given
     std::string compute_dtype = "fp32";
     std::string optim_state = "32";
     bool quantize_embedding = false;
@@ -40,6 +41,7 @@ struct MethodFlags {
 };
 void add_method_flags(CLI::App& command, MethodFlags& flags);
 // Parses and validates the flags; --bits and --rounding given without --method dqt are errors.
+// A dqt scale rule not given is the --dqt-recipe's.
 MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& flags);
 StateDtype resolve_optim_state(const MethodFlags& flags);
 

@@ -1,5 +1,6 @@
 #include "commands.h"
 #include "core/error.h"
+#include "train/dqt_recipe.h"
 
 namespace dqt::cli {
 
@@ -9,10 +10,13 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
     command.add_option("--bits", f.bits, "dqt weight codes: 1.58 (ternary) or 2..8")->capture_default_str();
     command.add_option("--rounding", f.rounding, "dqt update rounding: stochastic, or nearest (ablation)")
         ->capture_default_str();
+    command.add_option("--dqt-recipe", f.recipe,
+                       "dqt defaults: tuned (learned grid step, --beta1 0.98, --lr 3e-3, --min-lr-ratio 0) or "
+                       "reference (the paper's max-rule scale and the common defaults); flags given win")
+        ->capture_default_str();
     command.add_option("--dqt-scale", f.scale_rule,
                        "dqt scale: reference (the paper's max rule; fixed for ternary) or learned (Adam on the "
-                       "grid step)")
-        ->capture_default_str();
+                       "grid step); default: the recipe's");
     command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
     command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
     command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
@@ -27,10 +31,15 @@ MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f
         require(command.count("--bits") == 0, "--bits applies to --method dqt only");
         require(command.count("--rounding") == 0, "--rounding applies to --method dqt only");
         require(command.count("--dqt-scale") == 0, "--dqt-scale applies to --method dqt only");
+        require(command.count("--dqt-recipe") == 0, "--dqt-recipe applies to --method dqt only");
     }
     config.grid = parse_code_grid(f.bits);
     config.rounding = parse_rounding(f.rounding);
-    config.scale_rule = parse_scale_rule(f.scale_rule);
+    const DqtRecipe recipe = parse_dqt_recipe(f.recipe);
+    if (config.kind == Method::dqt) {
+        config.scale_rule = command.count("--dqt-scale") > 0 ? parse_scale_rule(f.scale_rule)
+                                                             : dqt_recipe_settings(recipe).scale_rule;
+    }
     config.quantize_embedding = f.quantize_embedding;
     config.quantize_head = f.quantize_head;
     config.compute = parse_compute_dtype(f.compute_dtype);

@@ -4,7 +4,8 @@
 # the seeds in fuzz/seeds/<reader> plus what earlier runs found (build-fuzz/corpus/<reader>).
 #   bash scripts/fuzz.sh                 60 s per reader (CI)
 #   bash scripts/fuzz.sh 3600 gguf       one hour on the GGUF reader
-# Prints one line per reader (runs, corpus size, findings) and exits non-zero when an input broke
+# Prints one line per reader (inputs run, accepted, refused cleanly, crashes, hangs, out of memory,
+# corpus size) and exits non-zero when an input broke
 # a reader's contract; each such input is kept in build-fuzz/findings/. Fix the reader, then copy
 # the input to fuzz/regressions/<reader>/ (the test suite replays that folder).
 set -euo pipefail
@@ -47,13 +48,19 @@ for ((i = 0; i < ${#readers[@]}; i += jobs_at_once)); do
   done
 done
 
-printf '%-14s %8s %10s %8s  %s\n' reader seconds runs corpus findings
+# libFuzzer names what it keeps by kind: crash- (a broken contract, a sanitizer report, a
+# signal) and leak- (counted as crashes), timeout- (an input over 10 s), oom- (over 2 GB).
+count_findings() { find build-fuzz/findings -name "$1-$2-*" -type f | wc -l; }
+printf '%-14s %8s %10s %10s %10s %8s %6s %6s %7s\n' reader seconds runs accepted refused crashes hangs oom corpus
 for reader in "${readers[@]}"; do
   log="build-fuzz/logs/$reader.log"
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  accepted=$(grep -a -o 'dqt fuzz: accepted [0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  refused=$(grep -a -o 'refused cleanly [0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   corpus=$(find "build-fuzz/corpus/$reader" -type f | wc -l)
-  findings=$(find build-fuzz/findings -name "$reader-*" -type f | wc -l)
-  printf '%-14s %8s %10s %8s  %s\n' "$reader" "$seconds" "${runs:-?}" "$corpus" "$findings"
+  printf '%-14s %8s %10s %10s %10s %8s %6s %6s %7s\n' "$reader" "$seconds" "${runs:-?}" "${accepted:-?}" \
+    "${refused:-?}" "$(($(count_findings "$reader" crash) + $(count_findings "$reader" leak)))" "$(count_findings "$reader" timeout)" \
+    "$(count_findings "$reader" oom)" "$corpus"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   for reader in "${failed[@]}"; do

@@ -22,33 +22,39 @@ common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len
         --steps 2450 --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
         --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --eval-every 250 --eval-tokens 131072
         --checkpoint-every 500 --no-sample --code-stats-every 50 --threads 1 --quiet)
-# name|flags: later flags override the common ones.
+# name|flags: later flags override the common ones. The common flags give lr, beta1 and the
+# schedule explicitly, so a dqt row's --dqt-recipe only picks its scale rule: rows measured under
+# the paper's rule say --dqt-recipe reference (the default recipe learns the scale).
 runs=(
   "bitnet|--method bitnet"
-  "dqt-1.58|--method dqt --bits 1.58"
-  "dqt-1.58-init0.04|--method dqt --bits 1.58 --init-std 0.04"
-  "dqt-1.58-wd0|--method dqt --bits 1.58 --weight-decay 0"
-  "dqt-1.58-lr1e-3|--method dqt --bits 1.58 --lr 1e-3"
-  "dqt-1.58-lr4e-3|--method dqt --bits 1.58 --lr 4e-3"
-  "dqt-1.58-init0.06|--method dqt --bits 1.58 --init-std 0.06"
+  "dqt-1.58|--method dqt --dqt-recipe reference --bits 1.58"
+  "dqt-1.58-init0.04|--method dqt --dqt-recipe reference --bits 1.58 --init-std 0.04"
+  "dqt-1.58-wd0|--method dqt --dqt-recipe reference --bits 1.58 --weight-decay 0"
+  "dqt-1.58-lr1e-3|--method dqt --dqt-recipe reference --bits 1.58 --lr 1e-3"
+  "dqt-1.58-lr4e-3|--method dqt --dqt-recipe reference --bits 1.58 --lr 4e-3"
+  "dqt-1.58-init0.06|--method dqt --dqt-recipe reference --bits 1.58 --init-std 0.06"
   "bitnet-init0.04|--method bitnet --init-std 0.04"
   "dqt-1.58-learned|--method dqt --bits 1.58 --dqt-scale learned"
   "dqt-1.58-learned-b0.98|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98"
   "dqt-1.58-learned-b0.99|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.99"
   "bitnet-b0.98|--method bitnet --beta1 0.98"
-  "dqt-1.58-b0.98|--method dqt --bits 1.58 --beta1 0.98"
+  "dqt-1.58-b0.98|--method dqt --dqt-recipe reference --bits 1.58 --beta1 0.98"
   "dqt-1.58-learned-b0.98-lr3e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
   "dqt-1.58-learned-b0.98-lr4e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 4e-3"
   "dqt-1.58-learned-b0.98-lr6e-3|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 6e-3"
   "brown-bitnet|--data data/brown-byte --method bitnet"
   "brown-dqt-1.58-learned-b0.98-lr3e-3|--data data/brown-byte --method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3"
-  "brown-dqt-1.58|--data data/brown-byte --method dqt --bits 1.58"
+  "brown-dqt-1.58|--data data/brown-byte --method dqt --dqt-recipe reference --bits 1.58"
   "recipe-wd0|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --weight-decay 0"
   "recipe-beta2-0.99|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --beta2 0.99"
   "recipe-minlr0|--method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
   "bitnet-minlr0|--method bitnet --min-lr-ratio 0"
   "brown-recipe-minlr0|--data data/brown-byte --method dqt --bits 1.58 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
   "brown-bitnet-minlr0|--data data/brown-byte --method bitnet --min-lr-ratio 0"
+  "dqt-8|--method dqt --dqt-recipe reference --bits 8"
+  "dqt-8-recipe|--method dqt --bits 8 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
+  "dqt-4|--method dqt --dqt-recipe reference --bits 4"
+  "dqt-4-recipe|--method dqt --bits 4 --dqt-scale learned --beta1 0.98 --lr 3e-3 --min-lr-ratio 0"
 )
 root=runs/codes
 mkdir -p "$root"
@@ -70,6 +76,10 @@ for ((i = 0; i < ${#pending[@]}; i += 2)); do
   done
   wait
 done
+# The default recipe against bitnet with the same schedule, on both corpora, and at 8 and 4 bits.
+/usr/bin/python3 scripts/plot_code_dynamics.py docs/img/ternary_recipe.png \
+  "$root/recipe-minlr0" "$root/bitnet-minlr0" "$root/brown-recipe-minlr0" "$root/brown-bitnet-minlr0" \
+  "$root/dqt-8" "$root/dqt-8-recipe" "$root/dqt-4" "$root/dqt-4-recipe"
 /usr/bin/python3 scripts/plot_code_dynamics.py docs/img/ternary_code_dynamics.png \
   "$root/dqt-1.58" "$root/bitnet" "$root/dqt-1.58-init0.04" "$root/dqt-1.58-wd0" "$root/dqt-1.58-lr1e-3" \
   "$root/dqt-1.58-lr4e-3" "$root/dqt-1.58-init0.06" "$root/bitnet-init0.04" "$root/dqt-1.58-learned" \

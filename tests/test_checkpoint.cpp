@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -343,6 +345,38 @@ TEST_F(CheckpointFile, FailedOverwriteKeepsTheOldCheckpoint) {
     EXPECT_EQ(CheckpointReader(path).meta(), sample.meta);
 }
 
+// A write error injected at the file layer: with RLIMIT_FSIZE below the checkpoint's size the
+// kernel refuses the write itself (EFBIG, as a full disk refuses with ENOSPC). The error names the
+// call's own errno, the old checkpoint stays whole, and no temporary file is left.
+TEST_F(CheckpointFile, AWriteRefusedByTheFileLayerKeepsTheOldCheckpoint) {
+    const Sample sample;
+    const std::string path = file("ckpt.bin");
+    save_checkpoint(path, sample.meta, sample.views());
+    const std::string before = slurp(path);
+    nlohmann::json changed_meta = sample.meta;
+    changed_meta["note"] = "the second save";
+
+    struct rlimit saved {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+    const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG
+    struct rlimit limited = saved;
+    limited.rlim_cur = before.size() / 2;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+    std::string error;
+    try {
+        save_checkpoint(path, changed_meta, sample.views());
+    } catch (const Error& e) {
+        error = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, previous_handler);
+
+    EXPECT_NE(error.find("File too large"), std::string::npos) << "error: '" << error << "'";
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    EXPECT_EQ(slurp(path), before);
+    EXPECT_EQ(listing(), std::vector<std::string>{"ckpt.bin"});
+}
+
 TEST_F(CheckpointFile, MismatchedTensorsNameTheTensorAndBothShapes) {
     const std::string path = file("ckpt.bin");
     std::vector<float> q(256 * 256, 0.5f);
@@ -410,6 +444,9 @@ TEST_F(IoAtomicFile, ReadFileErrorsNameThePath) {
     EXPECT_ERROR_CONTAINS(read_file(dir_.string()), "cannot read file " + dir_.string() + ": Is a directory");
     write_file_atomic(path, "");
     EXPECT_EQ(read_file(path), "");
+    // A device has no size to bound the read: /dev/zero as a corpus or tokenizer file grew
+    // memory without end.
+    EXPECT_ERROR_CONTAINS(read_file("/dev/zero"), "cannot read file /dev/zero: not a regular file");
 }
 
 using BackgroundCheckpoint = IoDir;

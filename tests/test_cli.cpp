@@ -76,6 +76,10 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 2000000000"), "GiB of memory");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-accum 2000000000"),
                           "is more than the whole training split");
+    // 2e9 x 2e9 x 32 tokens wrapped in int64 to a negative count that passed the check above.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --batch 2000000000 --grad-accum 2000000000"),
+                          "tokens per step is out of range");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --seq-len 2000000000"), "seq_len must be at most 1048576");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");
@@ -94,6 +98,9 @@ TEST(Cli, MissingInputsNameThePath) {
     TempDir root("cli-missing");
     expect_one_line_error(run_dqt("eval " + (root / "nope.dqt")), "nope.dqt");
     expect_one_line_error(run_dqt("generate " + (root / "nope.dqt")), "nope.dqt");
+    // A device is no file: reading /dev/zero as a model grew memory to gigabytes.
+    expect_one_line_error(run_dqt("eval /dev/zero"), "/dev/zero");
+    expect_one_line_error(run_dqt("generate /dev/zero"), "/dev/zero");
     expect_one_line_error(run_dqt("train --data " + (root / "no-data") + " --out " + (root / "run") + " --quiet"),
                           "no-data");
     expect_one_line_error(run_dqt("data --corpus " + (root / "no-corpus") + " --out " + (root / "d")), "no-corpus");
@@ -213,6 +220,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "--dqt-scale applies to --method dqt only");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-scale fitted"),
                           "unknown scale rule 'fitted'");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-recipe paper"),
+                          "unknown dqt recipe 'paper'");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-recipe reference"),
+                          "--dqt-recipe applies to --method dqt only");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --quantize-head"), "need --method bitnet or dqt");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --quantize-embedding"),
                           "--quantize-embedding needs --method dqt");
@@ -225,6 +236,76 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head --tie-embeddings"),
                           "with --tie-embeddings the head is the embedding");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
+}
+
+// Files that pass their checksums but hold what dqt cannot run: one line each, from every command
+// that reads them.
+TEST(Cli, UnknownMethodsAndTensorTypesInValidFilesAreOneLineErrors) {
+    TempDir root("cli-unknown");
+    const std::string run = root / "run";
+    ASSERT_EQ(run_dqt(tiny_train_args(run) + " --method dqt --tie-embeddings --steps 2 --no-sample").exit_code, 0);
+    const std::string checkpoint = run + "/checkpoint.dqt";
+    const std::string int4 = root / "int4.dqt";
+    copy_checkpoint_with_meta(checkpoint, int4, [](nlohmann::json& meta) { meta["options"]["method"]["method"] = "int4"; });
+    for (const std::string command : {"eval ", "generate ", "export "}) {
+        expect_one_line_error(run_dqt(command + int4), "unknown method 'int4'");
+    }
+    // A crafted context: a seq_len of 2^30 would size caches of billions of positions.
+    const std::string long_context = root / "long.dqt";
+    copy_checkpoint_with_meta(checkpoint, long_context,
+                              [](nlohmann::json& meta) { meta["options"]["model"]["seq_len"] = 1 << 30; });
+    expect_one_line_error(run_dqt("generate " + long_context), "seq_len must be at most 1048576");
+
+    // A GGUF tensor of a type dqt does not read (Q4_1 = 3) in place of the embedding's F32. The
+    // file's own checksum key is renamed, so it reads as another tool's file, unchecked.
+    ASSERT_EQ(run_dqt("export " + checkpoint).exit_code, 0);
+    std::string gguf = read_bytes(run + "/model.gguf");
+    const size_t key_at = gguf.find("dqt.file_crc32");
+    ASSERT_NE(key_at, std::string::npos);
+    gguf[key_at + 4] = 'x';
+    const std::string name = "token_embd.weight";
+    const size_t name_at = gguf.find(name);
+    ASSERT_NE(name_at, std::string::npos);
+    const size_t type_at = name_at + name.size() + 4 + 2 * 8;  // name, n_dims, two i64 dims
+    ASSERT_EQ(gguf[type_at], 0) << "the embedding is not F32 (type 0)";
+    gguf[type_at] = 3;
+    write_bytes(root / "q4_1.gguf", gguf);
+    for (const std::string command : {"eval ", "generate "}) {
+        expect_one_line_error(run_dqt(command + (root / "q4_1.gguf")), "type 3");
+    }
+}
+
+// --method dqt trains with the tuned recipe unless told otherwise; a flag given explicitly wins
+// over its recipe, and the run's config.json holds what was used.
+TEST(Cli, DqtRunsStartFromTheirRecipe) {
+    TempDir root("cli-recipe");
+    const auto trained_config = [&](const std::string& name, const std::string& flags) {
+        const std::string out = root / name;
+        const CommandResult result = run_dqt(tiny_train_args(out) + " --steps 2 --no-sample " + flags);
+        EXPECT_EQ(result.exit_code, 0) << result.output;
+        return nlohmann::json::parse(read_bytes(out + "/config.json"));
+    };
+    const nlohmann::json tuned = trained_config("tuned", "--method dqt");
+    EXPECT_EQ(tuned.at("method").at("scale_rule"), "learned");
+    EXPECT_FLOAT_EQ(tuned.at("beta1").get<float>(), 0.98f);
+    EXPECT_FLOAT_EQ(tuned.at("lr").get<float>(), 3e-3f);
+    EXPECT_FLOAT_EQ(tuned.at("min_lr_ratio").get<float>(), 0.0f);
+
+    const nlohmann::json reference = trained_config("reference", "--method dqt --dqt-recipe reference");
+    EXPECT_EQ(reference.at("method").at("scale_rule"), "reference");
+    EXPECT_FLOAT_EQ(reference.at("beta1").get<float>(), 0.9f);
+    EXPECT_FLOAT_EQ(reference.at("lr").get<float>(), 2e-3f);
+    EXPECT_FLOAT_EQ(reference.at("min_lr_ratio").get<float>(), 0.1f);
+
+    const nlohmann::json mixed = trained_config("mixed", "--method dqt --lr 0.01 --dqt-scale reference");
+    EXPECT_EQ(mixed.at("method").at("scale_rule"), "reference");
+    EXPECT_FLOAT_EQ(mixed.at("lr").get<float>(), 0.01f);
+    EXPECT_FLOAT_EQ(mixed.at("beta1").get<float>(), 0.98f);
+
+    const nlohmann::json fp = trained_config("fp", "--method fp");
+    EXPECT_EQ(fp.at("method").at("scale_rule"), "reference");
+    EXPECT_FLOAT_EQ(fp.at("beta1").get<float>(), 0.9f);
+    EXPECT_FLOAT_EQ(fp.at("lr").get<float>(), 2e-3f);
 }
 
 // A dqt 8-bit run evaluates with its own weights and with ternary ones; an fp checkpoint has

@@ -263,7 +263,7 @@ std::string eval_lines(const std::string& metrics_path) {
 
 TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
     TempDir root("dp-identical");
-    for (const std::string method : {"--method fp", "--method bitnet", "--method dqt", "--method dqt --dqt-scale learned",
+    for (const std::string method : {"--method fp", "--method bitnet", "--method dqt --dqt-recipe reference", "--method dqt",
                                      "--method dqt --bits 8 --optim-state 8 --tie-embeddings "
                                      "--quantize-embedding --quantize-head"}) {
         // One folder per rank count, reused by each method: --overwrite starts over in it.

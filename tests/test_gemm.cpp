@@ -130,7 +130,9 @@ TEST(Gemm, MatchesReferenceForAllTransposesRaggedSizesAndPadding) {
 }
 
 TEST(Gemm, EmptyInnerDimensionScalesC) {
-    std::mt19937 rng(fresh_seed());
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
     Problem p(false, true, 9, 11, 0, 2, 1.5f, 0.5f, rng);
     const std::vector<float> got = p.run(gemm);
     for (int i = 0; i < p.M; ++i)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -168,6 +169,35 @@ TEST(Gguf, EveryByteIsCoveredByTheFileChecksum) {
     EXPECT_NE(reader.read(reader.tensors()[0]), GgufReader(good).read(GgufReader(good).tensors()[0]));
 }
 
+// Key and tensor lookups are hashed: building the tensor list of a file claiming 10,000 layers
+// took 45 s when each lookup was a linear search, and 100,000 never finished. 100,000 tensors and
+// keys, each looked up by name, take well under a second now; the bound below is 100x that, so
+// only the quadratic behaviour can cross it (minutes).
+TEST(Gguf, HundredThousandTensorsAndKeysAreFoundInLinearTime) {
+    TempDir dir("gguf-many");
+    const std::string path = dir / "many.gguf";
+    constexpr int kCount = 100000;
+    const auto start = std::chrono::steady_clock::now();
+    {
+        GgufWriter out;
+        for (int i = 0; i < kCount; ++i) {
+            out.set_u32("key." + std::to_string(i), static_cast<uint32_t>(i));
+            GgufTensor tensor{"blk." + std::to_string(i) + ".weight", {1}, GgmlType::f32, std::vector<uint8_t>(4)};
+            std::memcpy(tensor.data.data(), &i, 4);
+            out.add_tensor(tensor);
+        }
+        out.write(path);
+    }
+    const GgufReader reader(path);
+    ASSERT_EQ(reader.tensors().size(), static_cast<size_t>(kCount));
+    for (int i = kCount - 1; i >= 0; --i) {
+        ASSERT_EQ(reader.u32("key." + std::to_string(i)), static_cast<uint32_t>(i));
+        ASSERT_NE(reader.find_tensor("blk." + std::to_string(i) + ".weight"), nullptr) << i;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 60.0);
+}
+
 TEST(Gguf, Fp16ConversionRoundsToNearestEven) {
     for (uint32_t h = 0; h < 65536; ++h) {
         const float f = f16_to_float(static_cast<uint16_t>(h));
@@ -199,7 +229,9 @@ TEST(Gguf, Fp16ConversionRoundsToNearestEven) {
 }
 
 TEST(Gguf, BlockFormatsRoundTripCodes) {
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     const int rows = 5, cols = 512;
     auto ternary = random_codes(rng, static_cast<size_t>(rows) * cols, -1, 1);
     std::fill(ternary.begin() + 256, ternary.begin() + 512, 0);  // an all-zero block
@@ -293,10 +325,12 @@ TEST(GgufModel, ExportThenImportIsBitExact) {
         {"dqt ternary, llama graph, untied", export_config(false, false, 512), dqt_bits(1), GgufTernaryFormat::tq2_0,
          "TQ2_0"},
     };
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         ModelParameters model(c.config, c.method);
-        model.initialize(dqt::testing::test_seed());
+        model.initialize(seed);
         const std::string path = dir / "model.gguf";
         GgufExportOptions options;
         options.ternary = c.ternary;

@@ -11,7 +11,10 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "data/dataset.h"
+#include "io/checkpoint.h"
 
 namespace dqt::testing {
 
@@ -106,6 +109,28 @@ void with_threads(int threads, const std::function<void()>& fn) {
     omp_set_num_threads(threads);
     fn();
     omp_set_num_threads(saved);
+}
+
+void copy_checkpoint_with_meta(const std::string& from, const std::string& to,
+                               const std::function<void(nlohmann::json&)>& edit) {
+    const CheckpointReader reader(from);
+    const std::vector<std::string> names = reader.names();
+    std::vector<std::vector<char>> payloads;
+    std::vector<TensorView> views;
+    for (const std::string& name : names) {
+        const std::string dtype = reader.dtype(name);
+        const std::vector<int64_t> shape = reader.shape(name);
+        size_t bytes = dtype == "f32" ? 4 : dtype == "bf16" ? 2 : 1;
+        for (int64_t n : shape) bytes *= static_cast<size_t>(n);
+        payloads.emplace_back(bytes);
+        reader.read(name, dtype, shape, payloads.back().data(), bytes);
+    }
+    for (size_t k = 0; k < names.size(); ++k) {
+        views.push_back({names[k], reader.dtype(names[k]), reader.shape(names[k]), payloads[k].data(), payloads[k].size()});
+    }
+    nlohmann::json meta = reader.meta();
+    edit(meta);
+    save_checkpoint(to, meta, views);
 }
 
 }  // namespace dqt::testing

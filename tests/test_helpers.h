@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "train/options.h"
 
 namespace dqt::testing {
@@ -40,6 +42,11 @@ std::string seed_trace(uint64_t seed);
 
 // The whole file at path as bytes ("" when it cannot be read).
 std::string read_bytes(const std::string& path);
+
+// Writes a copy of the checkpoint at `from` to `to` with its metadata changed by `edit`: the
+// tensors byte for byte, the checksums made anew (a crafted file that passes them).
+void copy_checkpoint_with_meta(const std::string& from, const std::string& to,
+                               const std::function<void(nlohmann::json&)>& edit);
 
 // Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
 void with_threads(int threads, const std::function<void()>& fn);

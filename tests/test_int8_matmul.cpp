@@ -16,16 +16,12 @@
 
 #include "core/error.h"
 #include "kernels/int8_matmul.h"
+#include "test_helpers.h"
 
 namespace dqt {
 namespace {
 
 constexpr IntegerIsa kAllIsas[] = {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni};
-
-uint32_t test_seed() {
-    const char* text = std::getenv("DQT_TEST_SEED");
-    return text != nullptr ? static_cast<uint32_t>(std::strtoul(text, nullptr, 10)) : 20240611u;
-}
 
 std::vector<int8_t> random_codes(std::mt19937& rng, size_t count, int low = -128, int high = 127) {
     std::uniform_int_distribution<int> pick(low, high);
@@ -90,9 +86,9 @@ std::string shape_text(int rows, int cols, int n) {
 }
 
 TEST(Int8Matmul, PackingKeepsTheCodesPadsWithZerosAndSumsEachRow) {
-    const uint32_t seed = test_seed();
-    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
-    std::mt19937 rng(seed);
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     for (int cols : {1, 63, 256, 257, 700}) {
         const int rows = 3;
         const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
@@ -113,9 +109,9 @@ TEST(Int8Matmul, PackingKeepsTheCodesPadsWithZerosAndSumsEachRow) {
 }
 
 TEST(Int8Matmul, EveryPathMatchesTheReferenceBitForBitOnRandomRaggedShapes) {
-    const uint32_t seed = test_seed();
-    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
-    std::mt19937 rng(seed);
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     // Columns around the vector widths (16, 32, 64) and the 256 padding, and beyond 256.
     const int fixed_cols[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 300, 511, 512, 513, 1000, 1100};
     std::uniform_int_distribution<int> weight_rows(1, 37), activation_rows(1, 9), any_cols(1, 1300);
@@ -146,9 +142,9 @@ TEST(Int8Matmul, EveryPathMatchesTheReferenceBitForBitOnRandomRaggedShapes) {
 // 255 * -128 per product, and at the widest row its int32 sums come within 2^23 of
 // overflowing. Every path must still be exact.
 TEST(Int8Matmul, ExtremeValuesDoNotSaturateAnyPath) {
-    const uint32_t seed = test_seed();
-    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
-    std::mt19937 rng(seed);
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     for (int cols : {1, 32, 100, 256, 1000, 4096, kInt8MaxCols}) {
         const int rows = cols == kInt8MaxCols ? 5 : 7, n = 3;
         const std::vector<int8_t> all_min(static_cast<size_t>(rows) * cols, -128);
@@ -178,9 +174,9 @@ TEST(Int8Matmul, ExtremeValuesDoNotSaturateAnyPath) {
 
 TEST(Int8Matmul, ReferenceEqualsTheFloat64ProductOfDequantizedOperands) {
     // Independent of the packing and of the integer sums: sum_i (q * scale) * (a / s) in double.
-    const uint32_t seed = test_seed();
-    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
-    std::mt19937 rng(seed);
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     const int rows = 11, cols = 777, n = 4;
     const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
     const float scale = 0.0123f;
@@ -204,9 +200,9 @@ TEST(Int8Matmul, ReferenceEqualsTheFloat64ProductOfDequantizedOperands) {
 }
 
 TEST(Int8Matmul, RowRangeWritesOnlyThoseOutputs) {
-    const uint32_t seed = test_seed();
-    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
-    std::mt19937 rng(seed);
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     const int rows = 37, cols = 300, n = 5;
     const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
     const Int8Matrix w = pack_int8(q.data(), rows, cols, 0.05f);

@@ -42,7 +42,9 @@ TEST(QuantCodes, GridsAndParsing) {
 // Random codes written one by one read back unchanged, in every format and at ragged
 // lengths; the fast dequantizer equals the one-code-at-a-time reference bit for bit.
 TEST(QuantCodes, PackedCodesRoundTripAndDequantizeMatchesReference) {
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     for (const CodeGrid& grid : every_grid()) {
         for (size_t count : {1u, 3u, 4u, 5u, 257u, 1000u}) {
             std::uniform_int_distribution<int> pick(grid.qn(), grid.qp());
@@ -111,7 +113,9 @@ TEST(QuantRounding, UniformsDependOnEveryKeyPart) {
 
 // Per token: scale 127 / absmax, every value a multiple of 1/scale, error at most half a step.
 TEST(QuantActivation, AbsmaxRowsMatchTheFormula) {
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::normal_distribution<float> normal(0.0f, 3.0f);
     const int rows = 5, cols = 77;
     std::vector<float> x(rows * cols);
@@ -133,7 +137,9 @@ TEST(QuantActivation, AbsmaxRowsMatchTheFormula) {
 }
 
 TEST(QuantTernary, AbsmeanTernarizeMatchesTheFormula) {
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::normal_distribution<float> normal(0.0f, 0.02f);
     std::vector<float> w(1000), out(1000);
     for (float& value : w) value = normal(rng);
@@ -158,7 +164,9 @@ TEST(QuantBf16, RoundsToNearestEven) {
     EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
     EXPECT_EQ(round_to_bf16(-2.5f), -2.5f);
     EXPECT_TRUE(std::isnan(round_to_bf16(std::nanf(""))));
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::uniform_real_distribution<float> any(-100.0f, 100.0f);
     for (int i = 0; i < 1000; ++i) {
         const float x = any(rng);

@@ -73,7 +73,9 @@ TEST(TernaryMatmul, QuantizedRowsRecoverAnAlreadyQuantizedRowExactly) {
 }
 
 TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
-    std::mt19937 rng(dqt::testing::test_seed());
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::uniform_int_distribution<int> dim(1, 700), batch(1, 11);
     int paths_run = 0;
     for (int trial = 0; trial < 12; ++trial) {

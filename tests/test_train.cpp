@@ -19,6 +19,7 @@
 #include "data/shard.h"
 #include "io/checkpoint.h"
 #include "test_helpers.h"
+#include "train/memory_estimate.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
 
@@ -154,6 +155,24 @@ TEST(Train, TinyRunLossFalls) {
     EXPECT_LT(report.val_loss, unigram - 0.5) << "unigram entropy " << unigram;
     EXPECT_GT(report.val_bits_per_byte, 0.0);
     EXPECT_EQ(report.steps_done, 120);
+}
+
+// The estimate train checks against the machine before allocating: each persistent category at
+// its method's width, and one micro-batch's logits (a 32,000-token vocabulary at batch 64 x 2048
+// is 16 GiB of logits alone).
+TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateAndLogits) {
+    TrainOptions options = tiny_train_options("unused");
+    const double parameters = static_cast<double>(options.model.parameter_count());
+    const double logits = 4.0 * options.batch * options.model.seq_len * options.model.vocab_size;
+    EXPECT_EQ(training_memory_lower_bound(options), parameters * (4 + 4 + 8) + logits);
+    options.method.kind = Method::dqt;
+    options.optim_state = StateDtype::q8;
+    options.fused_update = true;
+    EXPECT_EQ(training_memory_lower_bound(options), parameters * (1 + 0 + 2) + logits);
+    options.model.vocab_size = 32000;
+    options.batch = 64;
+    options.model.seq_len = 2048;
+    EXPECT_GE(training_memory_lower_bound(options), 64.0 * 2048 * 32000 * 4);
 }
 
 // Each training method, and the storage variants that change the update: resume and
@@ -312,32 +331,15 @@ TEST(Train, CheckpointOptionsMustMatchItsTensorsBeforeAnythingIsAllocated) {
     options.steps = 2;
     run_training(options, quiet_control());
     const std::string original = checkpoint_path_in(options.out_dir);
-    const CheckpointReader reader(original);
-    // Every stored tensor, copied as bytes.
-    std::vector<std::string> names = reader.names();
-    std::vector<std::vector<char>> payloads;
-    std::vector<TensorView> views;
-    for (const std::string& name : names) {
-        const std::string dtype = reader.dtype(name);
-        const std::vector<int64_t> shape = reader.shape(name);
-        size_t bytes = dtype == "f32" ? 4 : dtype == "bf16" ? 2 : 1;
-        for (int64_t n : shape) bytes *= static_cast<size_t>(n);
-        payloads.emplace_back(bytes);
-        reader.read(name, dtype, shape, payloads.back().data(), bytes);
-    }
-    for (size_t k = 0; k < names.size(); ++k) {
-        views.push_back({names[k], reader.dtype(names[k]), reader.shape(names[k]), payloads[k].data(), payloads[k].size()});
-    }
     const struct {
         const char* key;
         int value;
         const char* error;
     } edits[] = {{"dim", 1 << 20, "not the size its options describe"}, {"n_layers", 1000000000, "holds only"}};
     for (const auto& edit : edits) {
-        nlohmann::json meta = reader.meta();
-        meta["options"]["model"][edit.key] = edit.value;
         const std::string edited = root / (std::string(edit.key) + ".dqt");
-        save_checkpoint(edited, meta, views);
+        copy_checkpoint_with_meta(original, edited,
+                                  [&](nlohmann::json& meta) { meta["options"]["model"][edit.key] = edit.value; });
         const int64_t before = memory_live_bytes(MemCategory::weights);
         try {
             load_model_checkpoint(edited);

@@ -22,7 +22,8 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
                     std::to_string(context) + " with room for one new token: shorten --prompt");
     const int budget = std::min(max_new_tokens, context - static_cast<int>(tokens.size()));
 
-    InferenceSession session(model, context, cache_type);
+    // The cache holds what this generation can reach, not the whole context the file claims.
+    InferenceSession session(model, static_cast<int>(tokens.size()) + budget, cache_type);
     const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()), LogitRows::last);
     if (on_text) on_text(prompt);  // only now: a refused prompt prints nothing
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
@@ -49,6 +50,12 @@ KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
     : type(cache_type), max_seq(max_seq_len), key_stride(attention_key_stride(max_seq_len)) {
     const size_t key_count = static_cast<size_t>(key_stride) * c.kv_dim();
     const size_t value_count = static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack();
+    const double bytes = static_cast<double>(c.n_layers) * static_cast<double>(key_count + value_count) *
+                         (type == KvCacheType::f32 ? 4.0 : 2.0);
+    require(bytes <= static_cast<double>(physical_memory_bytes()),
+            "a KV cache of " + std::to_string(max_seq) + " positions for this model needs " +
+                format_number(bytes / (1 << 30)) + " GiB, more than this machine's " +
+                format_number(static_cast<double>(physical_memory_bytes()) / (1 << 30)) + " GiB of memory");
     for (int l = 0; l < c.n_layers; ++l) {
         if (type == KvCacheType::f32) {
             keys.emplace_back(MemCategory::activations, key_count);

@@ -7,7 +7,10 @@
 // without its saved probabilities), and quantized linears run the integer kernels on the
 // integers the training forward multiplies: a ternary model's logits equal
 // model_forward's bit for bit (test). Decode (p > 0) attends through attention_decode, whose
-// arithmetic is that of the full forward's row: decoding gives the full forward's logits too.
+// arithmetic is that of the full forward's row: decoding gives the full forward's logits too,
+// bit for bit where every product is an integer one (a ternary model with a quantized head);
+// with a float head they agree to float rounding (test:
+// Inference.DecodingMatchesTheFullForwardAtEveryPosition).
 //
 // Threads: one team runs all blocks. Each thread owns a share of the kv heads (their q, k, v
 // rows, RoPE, cache writes and attention) and a share of every other product's weight rows,

@@ -176,8 +176,19 @@ std::string read_file(const std::string& path, std::string_view what) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error("cannot open " + label + ": " + errno_text());
     struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+        const std::string reason = errno_text();
+        ::close(fd);
+        throw Error("cannot read " + label + ": " + reason);
+    }
+    // A device or a pipe has no size to bound the read by (/dev/zero never ends); a directory
+    // falls through to read(), which names it (EISDIR).
+    if (!S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) {
+        ::close(fd);
+        throw Error("cannot read " + label + ": not a regular file");
+    }
     std::string bytes;
-    if (::fstat(fd, &info) == 0 && info.st_size > 0) bytes.resize(static_cast<size_t>(info.st_size));
+    if (info.st_size > 0) bytes.resize(static_cast<size_t>(info.st_size));
     // One spare byte so the read that sees end-of-file needs no reallocation.
     bytes.resize(bytes.size() + 1);
     size_t used = 0;

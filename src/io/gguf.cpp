@@ -185,12 +185,13 @@ size_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& ne) {
 
 // ---- GgufWriter ---------------------------------------------------------------------------
 
+// Lookups are hashed: a linear search per key or tensor made large files quadratic to build.
 void GgufWriter::set(const std::string& key, GgufValue value) {
-    for (auto& entry : metadata_)
-        if (entry.first == key) {
-            entry.second = std::move(value);
-            return;
-        }
+    const auto [place, added] = metadata_index_.emplace(key, metadata_.size());
+    if (!added) {
+        metadata_[place->second].second = std::move(value);
+        return;
+    }
     metadata_.emplace_back(key, std::move(value));
 }
 
@@ -220,7 +221,7 @@ void GgufWriter::add_tensor(GgufTensor tensor) {
     require(tensor.data.size() == ggml_tensor_bytes(tensor.type, tensor.ne),
             "gguf: tensor " + tensor.name + " has " + std::to_string(tensor.data.size()) + " bytes, its shape needs " +
                 std::to_string(ggml_tensor_bytes(tensor.type, tensor.ne)));
-    for (const GgufTensor& other : tensors_) require(other.name != tensor.name, "gguf: duplicate tensor " + tensor.name);
+    require(tensor_names_.insert(tensor.name).second, "gguf: duplicate tensor " + tensor.name);
     tensors_.push_back(std::move(tensor));
 }
 

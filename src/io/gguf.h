@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -64,8 +65,10 @@ public:
 
 private:
     void set(const std::string& key, GgufValue value);
-    std::vector<std::pair<std::string, GgufValue>> metadata_;
+    std::vector<std::pair<std::string, GgufValue>> metadata_;  // in the order first set
+    std::unordered_map<std::string, size_t> metadata_index_;   // key -> its place in metadata_
     std::vector<GgufTensor> tensors_;
+    std::unordered_set<std::string> tensor_names_;             // of tensors_, to refuse a duplicate
 };
 
 // A parsed GGUF file: metadata and tensor table in memory; tensor data read on request.

@@ -23,6 +23,8 @@ void ModelConfig::validate() const {
     positive("ffn_dim", ffn_dim);
     positive("vocab_size", vocab_size);
     positive("seq_len", seq_len);
+    require(seq_len <= kMaxSeqLen, "model config: seq_len must be at most " + std::to_string(kMaxSeqLen) + ", got " +
+                                       std::to_string(seq_len));
     require(dim % n_heads == 0, "model config: n_heads (" + std::to_string(n_heads) + ") must divide dim (" +
                                     std::to_string(dim) + ")");
     require(n_heads % n_kv_heads == 0, "model config: n_kv_heads (" + std::to_string(n_kv_heads) +

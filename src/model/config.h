@@ -7,6 +7,11 @@
 
 namespace dqt {
 
+// The longest context dqt accepts (a stated limit, so that a crafted seq_len in a checkpoint or
+// GGUF file cannot size a cache or a rotary table of billions of positions; and positions,
+// padded to tiles, stay well inside int).
+constexpr int kMaxSeqLen = 1 << 20;
+
 struct ModelConfig {
     int dim = 256;          // hidden size C
     int n_layers = 4;
@@ -14,7 +19,7 @@ struct ModelConfig {
     int n_kv_heads = 4;     // < n_heads for grouped-query attention
     int ffn_dim = 688;      // SwiGLU inner size F
     int vocab_size = 256;   // byte-level by default
-    int seq_len = 256;      // context length T used in training
+    int seq_len = 256;      // context length T used in training, at most kMaxSeqLen
     bool subln = true;      // extra RMSNorm before o_proj and down_proj (DQT / BitNet code)
     bool tie_embeddings = false;  // the lm_head reads token_embd (llama.cpp's bitnet graph needs this)
     float rope_theta = 10000.0f;

@@ -14,6 +14,12 @@ void TrainOptions::validate() const {
     require(steps > 0, "--steps must be positive, got " + std::to_string(steps));
     require(batch > 0, "--batch must be positive, got " + std::to_string(batch));
     require(grad_accum > 0, "--grad-accum must be positive, got " + std::to_string(grad_accum));
+    // Multiplied in double so that the check itself cannot wrap (2e9 x 2e9 x 32 did, to a negative
+    // count that passed the later "more tokens than the training split" check).
+    const double step_tokens = static_cast<double>(batch) * grad_accum * model.seq_len;
+    require(step_tokens <= static_cast<double>(int64_t{1} << 40),
+            "--batch x --grad-accum x seq_len = " + format_number(step_tokens) +
+                " tokens per step is out of range (at most 2^40)");
     require(std::isfinite(lr) && lr > 0, "--lr must be a positive finite number, got " + format_number(lr));
     require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]");
     require(warmup_steps >= 0, "--warmup must not be negative");

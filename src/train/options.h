@@ -25,7 +25,7 @@ struct TrainOptions {
     float min_lr_ratio = 0.1f;
     int warmup_steps = 30;
     AdamWConfig adam;
-    StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32 or bf16
+    StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32, bf16 or block-wise 8-bit
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
     bool fused_update = false;  // update each weight in the backward pass, no whole-model gradient
     int eval_every = 100;     // steps; 0 = only at the end

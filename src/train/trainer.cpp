@@ -25,6 +25,7 @@
 #include "optim/schedule.h"
 #include "train/memory_report.h"
 #include "train/code_dynamics.h"
+#include "train/memory_estimate.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
@@ -114,12 +115,14 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
             "a step of " + std::to_string(options.tokens_per_step()) + " tokens (--batch x --grad-accum x seq_len) is " +
                 "more than the whole training split of " + options.data_dir + " (" +
                 std::to_string(data.train.token_count()) + " tokens): lower --batch or --grad-accum");
-    const double weight_gib = 4.0 * static_cast<double>(options.model.parameter_count()) / (1 << 30);
+    const double needed_gib = training_memory_lower_bound(options) / (1 << 30);
     const double machine_gib = static_cast<double>(physical_memory_bytes()) / (1 << 30);
-    require(weight_gib <= machine_gib, "the model has " + std::to_string(options.model.parameter_count()) +
-                                           " parameters, " + std::to_string(static_cast<int64_t>(weight_gib)) +
-                                           " GiB in fp32 alone, more than this machine's " +
-                                           std::to_string(static_cast<int64_t>(machine_gib)) + " GiB of memory");
+    require(needed_gib <= machine_gib,
+            "training this model (" + std::to_string(options.model.parameter_count()) + " parameters, " +
+                std::to_string(options.tokens_per_step() / options.grad_accum) +
+                " tokens per micro-batch) needs at least " + format_number(needed_gib) +
+                " GiB for its weights, gradients, Adam state and logits, more than this machine's " +
+                format_number(machine_gib) + " GiB of memory");
     const int ranks = world().size();
     require(options.grad_accum % ranks == 0,
             "--grad-accum " + std::to_string(options.grad_accum) + " cannot be shared by " + std::to_string(ranks) +

@@ -1,0 +1,30 @@
+#include "train/dqt_recipe.h"
+
+#include "core/error.h"
+
+namespace dqt {
+
+DqtRecipe parse_dqt_recipe(const std::string& name) {
+    if (name == "tuned") return DqtRecipe::tuned;
+    if (name == "reference") return DqtRecipe::reference;
+    throw Error("unknown dqt recipe '" + name + "': use tuned or reference");
+}
+
+const char* dqt_recipe_name(DqtRecipe recipe) { return recipe == DqtRecipe::tuned ? "tuned" : "reference"; }
+
+DqtRecipeSettings dqt_recipe_settings(DqtRecipe recipe) {
+    if (recipe == DqtRecipe::tuned) return {ScaleRule::learned, 0.98f, 3e-3f, 0.0f};
+    const TrainOptions common;
+    return {ScaleRule::reference, common.adam.beta1, common.lr, common.min_lr_ratio};
+}
+
+void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options) {
+    if (options.method.kind != Method::dqt) return;
+    const DqtRecipeSettings settings = dqt_recipe_settings(recipe);
+    if (!given.scale_rule) options.method.scale_rule = settings.scale_rule;
+    if (!given.beta1) options.adam.beta1 = settings.beta1;
+    if (!given.lr) options.lr = settings.lr;
+    if (!given.min_lr_ratio) options.min_lr_ratio = settings.min_lr_ratio;
+}
+
+}  // namespace dqt
