@@ -35,11 +35,6 @@ run_thread() {
     { tail -30 build-tsan/build.log; echo "check_sanitized: the TSan build failed (build-tsan/build.log)" >&2; return 1; }
   local threaded='Gemm.*:TernaryMatmul.*:Int8Matmul.*:Kernel*:Inference.*:Sampling.*'
   threaded+=':*ThreadCount*:*OneAndTwoThreads*:*BitIdenticalForOneAndTwoThreads*:ModelGradient*Threads*:SpinBarrier.*:BackgroundCheckpoint.*'
-  # Left out: two bit-equality tests of fp16-cache decode against the full forward, which differ
-  # by one ulp at some positions in this build's portable (non-AVX-512) path; the GCC builds that
-  # ship pass them (docs/reliability.md, open findings).
-  threaded+='-Inference.DecodingMatchesTheFullForwardAtEveryPosition'
-  threaded+=':KernelAttention.DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndValues'
   OMP_TOOL_LIBRARIES="$archer" OMP_NUM_THREADS=2 \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/.ci/tsan.supp" \
     build-tsan/dqt_tests --gtest_filter="$threaded" --gtest_brief=1

@@ -4,6 +4,8 @@
 # the seeds in fuzz/seeds/<reader> plus what earlier runs found (build-fuzz/corpus/<reader>).
 #   bash scripts/fuzz.sh                 60 s per reader (CI)
 #   bash scripts/fuzz.sh 3600 gguf       one hour on the GGUF reader
+#   DQT_FUZZ_SEED=7 bash scripts/fuzz.sh another seed of libFuzzer's mutations (default fixed, so
+#                                        that a run from the same corpus replays; printed below)
 # Prints one line per reader (inputs run, accepted, refused cleanly, crashes, hangs, out of memory,
 # corpus size) and exits non-zero when an input broke
 # a reader's contract; each such input is kept in build-fuzz/findings/. Fix the reader, then copy
@@ -15,6 +17,8 @@ shift || true
 readers=("$@")
 [ ${#readers[@]} -gt 0 ] || readers=(checkpoint shard gguf model_config tokenizer corpus_text)
 [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive whole number, not '$seconds'" >&2; exit 2; }
+seed="${DQT_FUZZ_SEED:-20261124}"
+[[ "$seed" =~ ^[1-9][0-9]{0,8}$ ]] || { echo "fuzz.sh: DQT_FUZZ_SEED must be a whole number from 1 to 999999999, not '$seed'" >&2; exit 2; }
 for reader in "${readers[@]}"; do
   [ -d "fuzz/seeds/$reader" ] || { echo "fuzz.sh: unknown reader '$reader' (see fuzz/seeds/)" >&2; exit 2; }
 done
@@ -29,7 +33,7 @@ fuzz_one() {
   local reader=$1
   mkdir -p "build-fuzz/corpus/$reader"
   # A reader may use 2 GB at most (-rss_limit_mb, -malloc_limit_mb); one input 10 s at most.
-  ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz_$reader" -max_total_time="$seconds" -timeout=10 \
+  ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz_$reader" -seed="$seed" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/findings/$reader-" "build-fuzz/corpus/$reader" "fuzz/seeds/$reader" \
     > "build-fuzz/logs/$reader.log" 2>&1
@@ -51,6 +55,7 @@ done
 # libFuzzer names what it keeps by kind: crash- (a broken contract, a sanitizer report, a
 # signal) and leak- (counted as crashes), timeout- (an input over 10 s), oom- (over 2 GB).
 count_findings() { find build-fuzz/findings -name "$1-$2-*" -type f | wc -l; }
+echo "fuzz.sh: DQT_FUZZ_SEED=$seed"
 printf '%-14s %8s %10s %10s %10s %8s %6s %6s %7s\n' reader seconds runs accepted refused crashes hangs oom corpus
 for reader in "${readers[@]}"; do
   log="build-fuzz/logs/$reader.log"
@@ -64,7 +69,7 @@ for reader in "${readers[@]}"; do
 done
 if [ ${#failed[@]} -gt 0 ]; then
   for reader in "${failed[@]}"; do
-    echo "fuzz.sh: $reader broke its contract; log build-fuzz/logs/$reader.log:" >&2
+    echo "fuzz.sh: $reader broke its contract (DQT_FUZZ_SEED=$seed); log build-fuzz/logs/$reader.log:" >&2
     grep -a -E "dqt fuzz:|ERROR:|SUMMARY:|Test unit written" "build-fuzz/logs/$reader.log" | head -5 >&2
   done
   exit 1

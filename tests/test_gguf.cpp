@@ -8,11 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
 #include "export/ternary_blocks.h"
@@ -455,6 +457,78 @@ TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {
     model_forward(model, a, false);
     model_forward(*imported.model, b, false);
     for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(b.logits[i], a.logits[i], 1e-4f * (1 + std::fabs(a.logits[i])));
+}
+
+namespace {
+
+// A copy of the GGUF file at `from`, metadata and tensors, with `edit` applied before writing
+// (the keys the writer writes itself are left to it).
+void copy_gguf_with(const std::string& from, const std::string& to, const std::function<void(GgufWriter&)>& edit) {
+    const GgufReader reader(from);
+    GgufWriter out;
+    for (const auto& [key, value] : reader.metadata()) {
+        if (key == "general.alignment" || key == "dqt.file_crc32") continue;
+        switch (value.type) {
+            case GgufValueType::uint32: out.set_u32(key, value.value.get<uint32_t>()); break;
+            case GgufValueType::float32: out.set_f32(key, value.value.get<float>()); break;
+            case GgufValueType::boolean: out.set_bool(key, value.value.get<bool>()); break;
+            case GgufValueType::string: out.set_string(key, value.value.get<std::string>()); break;
+            case GgufValueType::array:
+                if (value.element_type == GgufValueType::string) {
+                    out.set_strings(key, value.value.get<std::vector<std::string>>());
+                } else if (value.element_type == GgufValueType::float32) {
+                    out.set_f32s(key, value.value.get<std::vector<float>>());
+                } else if (value.element_type == GgufValueType::int32) {
+                    out.set_i32s(key, value.value.get<std::vector<int32_t>>());
+                } else {
+                    ASSERT_EQ(value.element_type, GgufValueType::uint8) << key;
+                    std::string bytes;
+                    for (const auto& byte : value.value) bytes.push_back(static_cast<char>(byte.get<uint8_t>()));
+                    out.set_bytes(key, bytes);
+                }
+                break;
+            default: FAIL() << "a value type dqt does not write, in " << key;
+        }
+    }
+    for (const GgufReader::TensorInfo& info : reader.tensors()) out.add_tensor({info.name, info.ne, info.type, reader.read(info)});
+    edit(out);
+    out.write(to);
+}
+
+}  // namespace
+
+// A crafted dqt.model (a file whose checksum is right: a buggy or hostile writer) that claims a
+// huge model or context is refused before any weight is allocated: every tensor the config
+// describes is checked against the file first, and the context against dqt's limit.
+TEST(GgufModel, ACraftedConfigIsRefusedBeforeAnythingIsAllocated) {
+    TempDir dir("gguf-crafted");
+    const ModelConfig config = export_config(true, true, 512);
+    ModelParameters model(config, dqt_bits(1));
+    model.initialize(5);
+    const std::string exported = dir / "model.gguf";
+    export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, exported);
+    const struct {
+        const char* key;
+        int value;
+        const char* error;
+    } edits[] = {{"dim", 1 << 20, "has the wrong shape"},
+                 {"n_layers", 1000000, "describes 1000000 layers"},
+                 {"seq_len", 1 << 30, "seq_len must be at most"}};
+    for (const auto& edit : edits) {
+        nlohmann::json crafted_config = config;
+        crafted_config[edit.key] = edit.value;
+        const std::string path = dir / "crafted.gguf";
+        copy_gguf_with(exported, path, [&](GgufWriter& out) { out.set_string("dqt.model", crafted_config.dump()); });
+        const int64_t before = memory_live_bytes(MemCategory::weights);
+        try {
+            import_gguf(path);
+            ADD_FAILURE() << "accepted " << edit.key << " = " << edit.value;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(edit.error), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(memory_live_bytes(MemCategory::weights), before) << edit.key;
+    }
 }
 
 TEST(GgufModel, UnexportableModelsAndForeignFilesAreRefused) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <unordered_map>
 
@@ -62,7 +63,14 @@ constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
 class BpeTokenizer final : public Tokenizer {
 public:
     explicit BpeTokenizer(std::string model_proto) : proto_(std::move(model_proto)) {
-        const auto status = processor_.LoadFromSerializedProto(proto_);
+        sentencepiece::util::Status status;
+        try {
+            status = processor_.LoadFromSerializedProto(proto_);
+        } catch (const std::exception& e) {
+            // Its trie builder (darts_clone) throws instead of returning a status, e.g. for a
+            // zero-length piece (fuzz/regressions/tokenizer/zero_length_piece.bin).
+            status = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInvalidArgument, e.what());
+        }
         require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + quote_untrusted(status.ToString(), 120) +
                                  "): re-create the dataset with `dqt data`");
         const int vocab = processor_.GetPieceSize();

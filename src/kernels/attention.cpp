@@ -548,9 +548,11 @@ void decode_cached_head(float* out, const float* q, const float* key_tiles, cons
 
 // An fp16 cache is read in place by decode_head's own arithmetic where its x86-64-v4 clone
 // runs; elsewhere it is widened into buffers first (the cache is still read at half the bytes).
+// A build without target clones (TSan) runs decode_head's portable version even on an
+// x86-64-v4 CPU, whose bits differ from the v4 code (no fused multiply-adds): it widens too.
 void decode_cached_head(float* out, const float* q, const Float16* key_tiles, const Float16* values, int pos,
                         int head_dim, float scale, DecodeBuffers& buffers) {
-    static const bool in_place = cpu_is_x86_64_v4();
+    static const bool in_place = kTargetClones && cpu_is_x86_64_v4();
     if (in_place) {
         decode_head_f16_v4(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
                            buffers.probs.data());
