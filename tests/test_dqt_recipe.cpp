@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <vector>
 
@@ -138,7 +137,6 @@ TEST(DqtRecipe, TunedGridIsLearnedAndItsCodesChurnLessThanTheReference) {
         for (size_t r = 1; r < records[i].size(); ++r) changed[i] += records[i][r].at("changed_since").get<double>();
     }
     EXPECT_LT(changed[1], 0.8 * changed[0]) << "reference " << changed[0] << ", tuned " << changed[1];
-    std::printf("grid movement %.4f; codes changed: reference %.3f, tuned %.3f\n", movement, changed[0], changed[1]);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "infer/evaluate.h"
+#include "infer/generate.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
@@ -245,6 +246,37 @@ TEST(Inference, RefusesTokensOutsideTheVocabularyAndSequencesBeyondTheContext) {
     EXPECT_EQ(session.position(), 0);  // nothing changed
     EXPECT_THROW(InferenceSession(model, config.seq_len + 1), Error);
     EXPECT_THROW(parse_kv_cache_type("q8"), Error);
+}
+
+// A cache larger than the machine is refused with its size before anything is allocated.
+TEST(Inference, AKvCacheLargerThanTheMachineIsRefusedBeforeAllocating) {
+    ModelConfig config = small_config(true, 4);
+    config.n_layers = 100000;  // 100,000 layers x 2^20 positions x 32 values: terabytes
+    const int64_t before = memory_live_bytes(MemCategory::activations);
+    try {
+        KvCache cache(config, kMaxSeqLen, KvCacheType::f16);
+        ADD_FAILURE() << "allocated a cache of " << cache.bytes() << " bytes";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("GiB, more than this machine's"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(memory_live_bytes(MemCategory::activations), before);
+}
+
+// Generation sizes its cache to the prompt and the tokens asked for, not to the context the
+// model claims (a file's seq_len of 2^20 sized a 512 MiB cache for a few tokens).
+TEST(Inference, GenerationCachesOnlyWhatItCanReach) {
+    const Dataset data = open_dataset(dqt::testing::tiny_dataset_dir());
+    ModelConfig config = small_config(true, 4);
+    config.vocab_size = data.tokenizer->vocab_size();
+    config.seq_len = kMaxSeqLen;
+    ModelParameters parameters(config, method_of(Method::dqt, 1));
+    parameters.initialize(4);
+    const InferenceModel model(parameters);
+    memory_reset_peaks();
+    const int64_t before = memory_live_bytes(MemCategory::activations);
+    const GenerationResult result = generate_text(model, *data.tokenizer, "Our", 5, SamplingOptions{}, KvCacheType::f32);
+    EXPECT_EQ(result.generated_tokens, 5);
+    EXPECT_LT(memory_peak_bytes(MemCategory::activations) - before, int64_t{1} << 20);
 }
 
 // Evaluation holds one window's KV cache and scratch, whatever the number of tokens scored.

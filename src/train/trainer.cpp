@@ -119,7 +119,7 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
     const double machine_gib = static_cast<double>(physical_memory_bytes()) / (1 << 30);
     require(needed_gib <= machine_gib,
             "training this model (" + std::to_string(options.model.parameter_count()) + " parameters, " +
-                std::to_string(options.tokens_per_step() / options.grad_accum) +
+                std::to_string(static_cast<int64_t>(options.batch) * options.model.seq_len) +
                 " tokens per micro-batch) needs at least " + format_number(needed_gib) +
                 " GiB for its weights, gradients, Adam state and logits, more than this machine's " +
                 format_number(machine_gib) + " GiB of memory");
