@@ -132,6 +132,14 @@ void add_train_command(CLI::App& app) {
     command->add_flag("--fused-update", o.fused_update,
                       "update each weight as soon as its gradient is ready: no whole-model gradient buffer "
                       "(clips with the previous step's norm; needs --grad-accum 1)");
+    command->add_option("--compress-gradients", o.compression.gradient_bits,
+                        "under mpirun, send gradients block-quantized to 8 or 4 bits with error feedback "
+                        "(default: fp32)")
+        ->check(CLI::IsMember({8, 4}));
+    command->add_option("--compress-weights", o.compression.weight_bits,
+                        "under mpirun, all-gather new fp32 weights as 8- or 4-bit block-quantized differences "
+                        "(fp and bitnet; default: fp32)")
+        ->check(CLI::IsMember({8, 4}));
     command->add_option("--eval-every", o.eval_every, "steps between evaluations (0 = end only)")->capture_default_str();
     command->add_option("--eval-tokens", o.eval_tokens, "validation tokens per evaluation")->capture_default_str();
     command->add_option("--log-every", o.log_every, "steps between metric lines")->capture_default_str();

@@ -301,6 +301,52 @@ TEST(DataParallelRun, ACheckpointOfTwoRanksResumesOnOne) {
     EXPECT_TRUE(read_bytes(root / "whole/run/checkpoint.dqt") == read_bytes(root / "split/run/checkpoint.dqt"));
 }
 
+// The first step's gradient bytes sent by rank 0, from a metrics log.
+long first_gradient_bytes(const std::string& metrics_path) {
+    const std::string log = read_bytes(metrics_path), key = "\"gradient_bytes_sent\":";
+    const size_t at = log.find(key);
+    return at == std::string::npos ? -1 : std::stol(log.substr(at + key.size()));
+}
+
+// --compress-gradients / --compress-weights: two runs give the same bits; a run stopped and
+// resumed on the same rank count (its residuals and exact weights restored from the
+// checkpoint, written in the background) gives them too; another rank count resumes as well.
+TEST(DataParallelRun, CompressedRunsRepeatBitForBitAndResumeExactly) {
+    TempDir root("dp-compressed");
+    for (const std::string method : {"--method bitnet --compress-gradients 4 --compress-weights 4",
+                                     "--method dqt --compress-gradients 8",
+                                     "--method fp --compress-gradients 8 --compress-weights 8"}) {
+        SCOPED_TRACE(method);
+        const std::string args = tiny_run_args(method + " --overwrite --checkpoint-every 0");
+        ASSERT_EQ(run_in(root / "a", mpirun(2) + args).exit_code, 0);
+        const CommandResult again = run_in(root / "b", mpirun(2) + args);
+        ASSERT_EQ(again.exit_code, 0) << again.output;
+        const std::string a = read_bytes(root / "a/run/checkpoint.dqt");
+        ASSERT_GT(a.size(), 10000u);
+        EXPECT_TRUE(a == read_bytes(root / "b/run/checkpoint.dqt"));
+
+        const CommandResult split = run_in(root / "split", mpirun(2) + tiny_run_args(method + " --overwrite --checkpoint-every 0 --stop-after 3 --async-checkpoint"));
+        ASSERT_EQ(split.exit_code, 0) << split.output;
+        std::filesystem::remove_all(root / "other");
+        std::filesystem::copy(root / "split", root / "other", std::filesystem::copy_options::recursive);
+        const CommandResult rest = run_in(root / "split", mpirun(2) + " train --out run --resume --threads 1 --no-sample --quiet");
+        ASSERT_EQ(rest.exit_code, 0) << rest.output;
+        EXPECT_TRUE(a == read_bytes(root / "split/run/checkpoint.dqt"));
+        // One rank sends nothing and needs no residual: it goes on from the saved weights.
+        const CommandResult one = run_in(root / "other", std::string(DQT_BINARY) + " train --out run --resume --threads 1 --no-sample --quiet");
+        EXPECT_EQ(one.exit_code, 0) << one.output;
+
+        // Compression did act: other bits than fp32 transfers, a fraction of their bytes.
+        const CommandResult plain = run_in(root / "plain", mpirun(2) + tiny_run_args(method.substr(0, method.find(" --compress")) + " --overwrite --checkpoint-every 0"));
+        ASSERT_EQ(plain.exit_code, 0) << plain.output;
+        EXPECT_FALSE(a == read_bytes(root / "plain/run/checkpoint.dqt"));
+        const long compressed_bytes = first_gradient_bytes(root / "a/run/metrics.jsonl");
+        const long fp32_bytes = first_gradient_bytes(root / "plain/run/metrics.jsonl");
+        EXPECT_GT(compressed_bytes, 0);
+        EXPECT_LT(compressed_bytes * 2, fp32_bytes) << compressed_bytes << " vs " << fp32_bytes;
+    }
+}
+
 TEST(DataParallelRun, RankCountMustDivideTheMicroBatches) {
     TempDir root("dp-divide");
     const CommandResult result = run_in(root.path.string(), mpirun(2) + tiny_run_args("--grad-accum 3"));

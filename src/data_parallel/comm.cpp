@@ -16,18 +16,21 @@ namespace dqt {
 // The argument arrays of one posted all-to-all: MPI reads them until the transfer completes.
 struct AllToAllArguments {
     std::vector<int> send_counts, send_displacements, recv_counts, recv_displacements;
-    std::vector<MPI_Datatype> send_types, recv_types;  // MPI_FLOAT, or strided types this owns
-    explicit AllToAllArguments(size_t ranks)
+    // `element` (MPI_FLOAT or MPI_BYTE), or strided types this owns.
+    std::vector<MPI_Datatype> send_types, recv_types;
+    MPI_Datatype element;
+    AllToAllArguments(size_t ranks, MPI_Datatype element_type)
         : send_counts(ranks, 0),
           send_displacements(ranks, 0),
           recv_counts(ranks, 0),
           recv_displacements(ranks, 0),
-          send_types(ranks, MPI_FLOAT),
-          recv_types(ranks, MPI_FLOAT) {}
+          send_types(ranks, element_type),
+          recv_types(ranks, element_type),
+          element(element_type) {}
     void free_types() {
         for (std::vector<MPI_Datatype>* types : {&send_types, &recv_types}) {
             for (MPI_Datatype& type : *types) {
-                if (type != MPI_FLOAT) MPI_Type_free(&type);
+                if (type != element) MPI_Type_free(&type);
             }
         }
     }
@@ -127,7 +130,7 @@ void Communicator::all_to_all_runs(const float* send_base, const std::vector<Flo
                                    const std::vector<FloatRuns>& recv, Traffic traffic) {
     if (size_ == 1) return;
     const size_t ranks = static_cast<size_t>(size_);
-    AllToAllArguments a(ranks);
+    AllToAllArguments a(ranks, MPI_FLOAT);
     // One strided datatype per peer and direction.
     auto describe = [](const FloatRuns& runs, int& count, int& displacement, MPI_Datatype& type) {
         if (runs.count == 0 || runs.blocks == 0) return;
@@ -146,6 +149,28 @@ void Communicator::all_to_all_runs(const float* send_base, const std::vector<Flo
         describe(recv[r], a.recv_counts[r], a.recv_displacements[r], a.recv_types[r]);
         if (a.send_counts[r] > 0) sent += static_cast<int64_t>(send[r].count * send[r].blocks * sizeof(float));
     }
+    post_all_to_all(send_base, recv_base, std::move(a), sent, traffic);
+}
+
+void Communicator::all_to_all_bytes(const uint8_t* send_base, const std::vector<ByteRange>& send, uint8_t* recv_base,
+                                    const std::vector<ByteRange>& recv, Traffic traffic) {
+    if (size_ == 1) return;
+    const size_t ranks = static_cast<size_t>(size_);
+    AllToAllArguments a(ranks, MPI_BYTE);
+    int64_t sent = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+        if (r == static_cast<size_t>(rank_)) continue;
+        a.send_counts[r] = as_count(send[r].count, "MPI_Ialltoallw");
+        a.send_displacements[r] = as_count(send[r].offset, "MPI_Ialltoallw");
+        a.recv_counts[r] = as_count(recv[r].count, "MPI_Ialltoallw");
+        a.recv_displacements[r] = as_count(recv[r].offset, "MPI_Ialltoallw");
+        sent += static_cast<int64_t>(send[r].count);
+    }
+    post_all_to_all(send_base, recv_base, std::move(a), sent, traffic);
+}
+
+void Communicator::post_all_to_all(const void* send_base, void* recv_base, AllToAllArguments&& a, int64_t sent,
+                                   Traffic traffic) {
     MPI_Request request;
     const int code = MPI_Ialltoallw(send_base, a.send_counts.data(), a.send_displacements.data(), a.send_types.data(),
                                     recv_base, a.recv_counts.data(), a.recv_displacements.data(),

@@ -19,6 +19,8 @@ namespace dqt {
 
 enum class Traffic : int { gradients, weights, other, count };
 
+struct AllToAllArguments;  // one posted all-to-all's MPI arguments, defined where <mpi.h> is
+
 class Communicator {
 public:
     // Initialises MPI when the environment says mpirun started this process (a group of one
@@ -45,6 +47,12 @@ public:
     // rank calls it, in the same order. Counted as `traffic`; completes in wait_all().
     void all_to_all_runs(const float* send_base, const std::vector<FloatRuns>& send, float* recv_base,
                          const std::vector<FloatRuns>& recv, Traffic traffic);
+    // The same for contiguous byte ranges (compressed gradients, data_parallel/wire_quantizer.h).
+    struct ByteRange {
+        size_t offset = 0, count = 0;
+    };
+    void all_to_all_bytes(const uint8_t* send_base, const std::vector<ByteRange>& send, uint8_t* recv_base,
+                          const std::vector<ByteRange>& recv, Traffic traffic);
     void progress();
     void wait_all();
 
@@ -68,6 +76,9 @@ private:
     Communicator();
     int rank_ = 0;
     int size_ = 1;
+    // Posts MPI_Ialltoallw with `arguments` (kept until it completes), counts `sent` bytes.
+    void post_all_to_all(const void* send_base, void* recv_base, AllToAllArguments&& arguments, int64_t sent,
+                         Traffic traffic);
     struct Pending;                    // the MPI_Request list, defined where <mpi.h> is
     std::shared_ptr<Pending> pending_;
     int64_t bytes_sent_[static_cast<int>(Traffic::count)] = {};

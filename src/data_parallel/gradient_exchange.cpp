@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "data_parallel/wire_quantizer.h"
 
 namespace dqt {
 
@@ -20,8 +21,14 @@ void add_into(float* lower, const float* upper, size_t count) {
 }  // namespace
 
 GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm,
-                                   int leaves_per_rank)
-    : plan_(plan), comm_(comm), rank_(comm.rank()), leaves_per_rank_(leaves_per_rank) {
+                                   int leaves_per_rank, int compress_bits)
+    : plan_(plan),
+      comm_(comm),
+      rank_(comm.rank()),
+      leaves_per_rank_(leaves_per_rank),
+      compress_bits_(plan.ranks > 1 ? compress_bits : 0) {
+    require(compress_bits == 0 || compress_bits == 8 || compress_bits == 4,
+            "internal error: gradients compress to 8 or 4 bits, not " + std::to_string(compress_bits));
     const ParamLayout& layout = model.layout;
     shard_begin_ = plan.begin(rank_);
     shard_end_ = plan.end(rank_);
@@ -59,11 +66,29 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
     for (int from = 0; from < plan.ranks; ++from) {
         first_region_.push_back(received_from_.size());
         if (from == rank_) continue;
-        const size_t blocks = aligned_blocks(from * leaves_per_rank, (from + 1) * leaves_per_rank).size();
+        // Compressed: one part per rank, summed on the sender.
+        const size_t blocks =
+            compress_bits_ ? 1 : aligned_blocks(from * leaves_per_rank, (from + 1) * leaves_per_rank).size();
         received_from_.insert(received_from_.end(), blocks, from);
     }
     const size_t shard = shard_end_ - shard_begin_;
     received_ = Array<float>(MemCategory::gradients, received_from_.size() * shard);
+    if (compress_bits_) {
+        residual_ = Array<float>(MemCategory::gradients, total_ - shard);
+        size_t send_bytes = 0, recv_bytes = 0;  // of a whole step
+        for (const Piece& piece : pieces_) {
+            for (int other = 0; other < plan.ranks; ++other) {
+                if (other == rank_) continue;
+                const size_t first = std::max(piece.begin, plan.begin(other)), last = std::min(piece.end, plan.end(other));
+                if (first < last) send_bytes += wire_bytes(last - first, compress_bits_);
+                const size_t mine_first = std::max(piece.begin, shard_begin_), mine_last = std::min(piece.end, shard_end_);
+                if (mine_first < mine_last) recv_bytes += wire_bytes(mine_last - mine_first, compress_bits_);
+            }
+        }
+        send_wire_ = Array<uint8_t>(MemCategory::gradients, send_bytes);
+        recv_wire_ = Array<uint8_t>(MemCategory::gradients, recv_bytes);
+        return;
+    }
 
     // What reduce() sums, in leaf order: every rank's blocks and where this shard's part of each is.
     for (int from = 0; from < plan.ranks; ++from) {
@@ -83,6 +108,10 @@ int GradientExchange::piece_index(const ParamTensor& tensor, int row_begin) cons
 
 void GradientExchange::begin_leaf(int leaf) {
     leaf_ = leaf;
+    if (leaf == 0) {
+        send_used_ = recv_used_ = 0;
+        received_parts_.clear();
+    }
     std::fill(acquired_.begin(), acquired_.end(), 0);
     std::fill(released_.begin(), released_.end(), 0);
 }
@@ -109,6 +138,10 @@ void GradientExchange::release(const ParamTensor& tensor, int row_begin, int row
 
 void GradientExchange::exchange_final_piece(const Piece& piece) {
     if (plan_.ranks == 1) return;
+    if (compress_bits_) {
+        exchange_compressed_piece(piece);
+        return;
+    }
     // To each rank, its part of the piece from every block this rank holds (one slot apart);
     // from each rank, its blocks of this rank's part (one shard-sized region apart).
     const size_t shard = shard_end_ - shard_begin_;
@@ -127,6 +160,54 @@ void GradientExchange::exchange_final_piece(const Piece& piece) {
     comm_.all_to_all_runs(slots_.data(), send, received_.data(), recv, Traffic::gradients);
 }
 
+void GradientExchange::exchange_compressed_piece(const Piece& piece) {
+    const size_t count = piece.end - piece.begin;
+    // This rank's blocks into slot 0, folded from the top down as PairwiseSum::fold does.
+    for (size_t block = final_blocks_.size() - 1; block > 0; --block) {
+        add_into(slot_data(static_cast<int>(block) - 1) + piece.begin, slot_data(static_cast<int>(block)) + piece.begin,
+                 count);
+    }
+    const float* gradient = slot_data(0);
+    const size_t my_first = std::max(piece.begin, shard_begin_), my_last = std::min(piece.end, shard_end_);
+    std::vector<Communicator::ByteRange> send(static_cast<size_t>(plan_.ranks)), recv(send.size());
+    for (int other = 0; other < plan_.ranks; ++other) {
+        if (other == rank_) continue;
+        const size_t first = std::max(piece.begin, plan_.begin(other)), last = std::min(piece.end, plan_.end(other));
+        if (first < last) {
+            const size_t bytes = wire_bytes(last - first, compress_bits_);
+            encode_with_feedback(gradient + first, residual_at(first), last - first, compress_bits_,
+                                 send_wire_.data() + send_used_);
+            send[other] = {send_used_, bytes};
+            send_used_ += bytes;
+        }
+        if (my_first < my_last) {
+            const size_t bytes = wire_bytes(my_last - my_first, compress_bits_);
+            recv[other] = {recv_used_, bytes};
+            received_parts_.push_back({other, recv_used_, my_first, my_last - my_first});
+            recv_used_ += bytes;
+        }
+    }
+    comm_.all_to_all_bytes(send_wire_.data(), send, recv_wire_.data(), recv, Traffic::gradients);
+}
+
+float* GradientExchange::reduce_compressed() {
+    const size_t shard = shard_end_ - shard_begin_;
+    for (const ReceivedPart& part : received_parts_) {
+        float* region = received_.data() + first_region_[static_cast<size_t>(part.from)] * shard;
+        decode(recv_wire_.data() + part.wire_offset, part.count, compress_bits_, region + (part.begin - shard_begin_));
+    }
+    // One part per rank, summed in rank order into the first.
+    std::vector<float*> parts;
+    for (int from = 0; from < plan_.ranks; ++from) {
+        parts.push_back(from == rank_ ? slot_data(0) + shard_begin_
+                                      : received_.data() + first_region_[static_cast<size_t>(from)] * shard);
+    }
+    for (size_t from = 1; from < parts.size(); ++from) add_into(parts[0], parts[from], shard);
+    return parts[0];
+}
+
+void GradientExchange::drop_residual() { std::fill(residual_.begin(), residual_.end(), 0.0f); }
+
 float* GradientExchange::reduce() {
     const auto wait_start = std::chrono::steady_clock::now();
     comm_.wait_all();
@@ -138,6 +219,10 @@ float* GradientExchange::reduce() {
                         std::to_string(released_[p]) + " times in the last leaf, expected " +
                         std::to_string(pieces_[p].visits));
         }
+    }
+    if (compress_bits_) {
+        shard_gradient_ = reduce_compressed();
+        return shard_gradient_;
     }
     // Every rank's blocks of this shard in leaf order, then the fixed merges and the fold.
     const size_t shard = shard_end_ - shard_begin_;

@@ -9,6 +9,13 @@
 //  - reduce() waits, then sums this rank's shard over every rank's blocks in the fixed order:
 //    a reduce-scatter whose result has the same bits for any number of ranks.
 // With one rank nothing is sent and the sum is the plain gradient of the step.
+//
+// With compression (--compress-gradients 8 or 4, more than one rank) the last leaf's piece is
+// first folded into slot 0 on this rank; each other rank's part of it goes out block-quantized
+// (data_parallel/wire_quantizer.h) with error feedback: what the wire does not carry stays in
+// this rank's residual and is added to the next step's part. The owner decodes one part per
+// rank and sums them in rank order: the same bits run to run for a fixed rank count (not across
+// rank counts: each rank's rounding depends on what it holds).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -24,7 +31,9 @@ namespace dqt {
 
 class GradientExchange : public GradientSink {
 public:
-    GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm, int leaves_per_rank);
+    // compress_bits: 0 (fp32), 8 or 4.
+    GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm, int leaves_per_rank,
+                     int compress_bits = 0);
 
     // Before the backward pass of local leaf `leaf` (0 .. leaves_per_rank - 1).
     void begin_leaf(int leaf);
@@ -39,6 +48,12 @@ public:
     // Seconds the last reduce() waited for transfers: what the backward pass did not hide.
     double last_wait_seconds() const { return wait_seconds_; }
 
+    // Error feedback (compressed only, else empty): what this rank has not yet sent of the
+    // gradient positions outside its shard, in flat order (a resumed run restores it).
+    Array<float>& residual() { return residual_; }
+    // Forgets the residual (after a skipped step, whose gradient may not be finite).
+    void drop_residual();
+
 private:
     struct Piece {
         size_t begin, end;  // flat positions
@@ -50,6 +65,12 @@ private:
     };
     int piece_index(const ParamTensor& tensor, int row_begin) const;
     void exchange_final_piece(const Piece& piece);
+    void exchange_compressed_piece(const Piece& piece);
+    float* reduce_compressed();
+    // Where flat position `position` (outside this rank's shard) lives in residual_.
+    float* residual_at(size_t position) const {
+        return residual_.data() + (position < shard_begin_ ? position : position - (shard_end_ - shard_begin_));
+    }
     float* slot_data(int slot) const { return slots_.data() + static_cast<size_t>(slot) * total_; }
 
     const ShardPlan& plan_;
@@ -76,6 +97,18 @@ private:
     std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;
     double wait_seconds_ = 0.0;
+
+    // Compressed exchange: one (shard size) region per other rank in received_ (rank order),
+    // the step's encoded parts in the order they were posted, and where each received part goes.
+    struct ReceivedPart {
+        int from;
+        size_t wire_offset, begin, count;  // bytes into recv_wire_; flat positions
+    };
+    int compress_bits_ = 0;
+    Array<float> residual_;  // (layout.total - shard) flat positions outside this rank's shard
+    Array<uint8_t> send_wire_, recv_wire_;
+    size_t send_used_ = 0, recv_used_ = 0;
+    std::vector<ReceivedPart> received_parts_;
 };
 
 }  // namespace dqt

@@ -1,5 +1,6 @@
 #include "train/model_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -13,6 +14,8 @@ namespace dqt {
 namespace {
 
 constexpr const char* kCheckpointKind = "dqt-train";
+constexpr const char* kResidualTensor = "comm.gradient_residual";
+constexpr const char* kMasterTensor = "comm.weight_master";
 
 std::vector<int64_t> shape_of(const ParamTensor& tensor) {
     if (tensor.rows == 1) return {tensor.cols};
@@ -173,6 +176,7 @@ std::unique_ptr<Tokenizer> read_tokenizer(const CheckpointReader& reader, const 
 // `store`, which writes them now or copies them for a background write.
 void with_training_checkpoint(const TrainOptions& options, const TrainingPosition& position,
                               const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer,
+                              const CommunicationState& communication,
                               const std::function<void(const nlohmann::json&, const std::vector<TensorView>&)>& store) {
     nlohmann::json meta;
     meta["kind"] = kCheckpointKind;
@@ -187,14 +191,26 @@ void with_training_checkpoint(const TrainOptions& options, const TrainingPositio
     for (const ParamTensor& tensor : model.layout.tensors) add_moments(tensors, model, tensor, state.of(tensor));
     tensors.push_back({"tokenizer", "u8", {static_cast<int64_t>(tokenizer_blob.size())}, tokenizer_blob.data(),
                        tokenizer_blob.size()});
+    if (communication.gradient_residuals) {
+        meta["gradient_residual_ranks"] = communication.residual_ranks;
+        const size_t count = communication.gradient_residual_count;
+        tensors.push_back({kResidualTensor, "f32", {static_cast<int64_t>(count)}, communication.gradient_residuals,
+                           count * sizeof(float)});
+    }
+    if (communication.weight_master) {
+        const size_t count = model.layout.value_total;
+        tensors.push_back({kMasterTensor, "f32", {static_cast<int64_t>(count)}, communication.weight_master,
+                           count * sizeof(float)});
+    }
     store(meta, tensors);
 }
 
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, const TrainOptions& options, const TrainingPosition& position,
-                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
-    with_training_checkpoint(options, position, model, state, tokenizer,
+                              const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer,
+                              const CommunicationState& communication) {
+    with_training_checkpoint(options, position, model, state, tokenizer, communication,
                              [&](const nlohmann::json& meta, const std::vector<TensorView>& tensors) {
                                  save_checkpoint(path, meta, tensors);
                              });
@@ -202,8 +218,9 @@ void save_training_checkpoint(const std::string& path, const TrainOptions& optio
 
 void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::string& path, const TrainOptions& options,
                                const TrainingPosition& position, const ModelParameters& model,
-                               const OptimizerState& state, const Tokenizer& tokenizer) {
-    with_training_checkpoint(options, position, model, state, tokenizer,
+                               const OptimizerState& state, const Tokenizer& tokenizer,
+                               const CommunicationState& communication) {
+    with_training_checkpoint(options, position, model, state, tokenizer, communication,
                              [&](const nlohmann::json& meta, const std::vector<TensorView>& tensors) {
                                  writer.write(path, meta, tensors);
                              });
@@ -211,7 +228,7 @@ void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::st
 
 void reserve_training_checkpoint(BackgroundCheckpointWriter& writer, const TrainOptions& options,
                                  const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer) {
-    with_training_checkpoint(options, TrainingPosition{}, model, state, tokenizer,
+    with_training_checkpoint(options, TrainingPosition{}, model, state, tokenizer, CommunicationState{},
                              [&](const nlohmann::json&, const std::vector<TensorView>& tensors) {
                                  writer.reserve(tensors);
                              });
@@ -247,6 +264,31 @@ TrainingPosition load_training_state(const std::string& path, ModelParameters& m
     read_parameters(reader, model);
     for (const ParamTensor& tensor : model.layout.tensors) read_moments(reader, model, tensor, state.of(tensor));
     return metadata.position;
+}
+
+bool load_communication_state(const std::string& path, const ShardPlan& plan, int rank, Array<float>* residual,
+                              Array<float>* master) {
+    if (!residual && !master) return true;
+    CheckpointReader reader(path);
+    if (master && reader.has(kMasterTensor)) {
+        const size_t total = plan.value_cut.back();
+        Array<float> whole(MemCategory::scratch, total);
+        reader.read(kMasterTensor, "f32", {static_cast<int64_t>(total)}, whole.data(), whole.bytes());
+        std::copy_n(whole.data() + plan.value_cut[static_cast<size_t>(rank)], master->size(), master->data());
+    }
+    if (!residual) return true;
+    const auto ranks = reader.meta().find("gradient_residual_ranks");
+    if (!reader.has(kResidualTensor) || ranks == reader.meta().end() || *ranks != plan.ranks) return false;
+    // Every rank's residual: the layout minus its shard, in rank order.
+    size_t count = 0, offset = 0;
+    for (int r = 0; r < plan.ranks; ++r) {
+        if (r == rank) offset = count;
+        count += plan.cut.back() - (plan.end(r) - plan.begin(r));
+    }
+    Array<float> whole(MemCategory::scratch, count);
+    reader.read(kResidualTensor, "f32", {static_cast<int64_t>(count)}, whole.data(), whole.bytes());
+    std::copy_n(whole.data() + offset, residual->size(), residual->data());
+    return true;
 }
 
 }  // namespace dqt

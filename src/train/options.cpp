@@ -1,6 +1,7 @@
 #include "train/options.h"
 
 #include <cmath>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,14 @@ void TrainOptions::validate() const {
     require(!model.tie_embeddings || method.quantize_head == method.quantize_embedding,
             "with --tie-embeddings the head is the embedding: pass both --quantize-embedding and --quantize-head "
             "or neither");
+    for (const auto& [flag, bits] : {std::pair{"--compress-gradients", compression.gradient_bits},
+                                     std::pair{"--compress-weights", compression.weight_bits}}) {
+        require(bits == 0 || bits == 8 || bits == 4,
+                std::string(flag) + " takes 8 or 4 bits per value, got " + std::to_string(bits));
+    }
+    require(!fused_update || !compression.any(),
+            "--compress-gradients and --compress-weights act on data-parallel transfers, and --fused-update runs "
+            "on one rank: drop one of them");
     require(eval_every >= 0, "--eval-every must not be negative");
     require(eval_tokens > 0, "--eval-tokens must be positive");
     require(log_every > 0, "--log-every must be positive");
@@ -63,6 +72,8 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"weight_decay", o.adam.weight_decay},
                        {"grad_clip", o.grad_clip},
                        {"fused_update", o.fused_update},
+                       {"compress_gradients_bits", o.compression.gradient_bits},
+                       {"compress_weights_bits", o.compression.weight_bits},
                        {"eval_every", o.eval_every},
                        {"eval_tokens", o.eval_tokens},
                        {"log_every", o.log_every},
@@ -90,6 +101,9 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.grad_clip = j.at("grad_clip").get<float>();
         // Absent from checkpoints written before the option existed: those trained unfused.
         o.fused_update = j.value("fused_update", false);
+        // Absent from checkpoints written before compressed transfers existed: fp32.
+        o.compression.gradient_bits = j.value("compress_gradients_bits", 0);
+        o.compression.weight_bits = j.value("compress_weights_bits", 0);
         o.eval_every = j.at("eval_every").get<int>();
         o.eval_tokens = j.at("eval_tokens").get<int64_t>();
         o.log_every = j.at("log_every").get<int>();

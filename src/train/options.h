@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data_parallel/compression.h"
 #include "model/config.h"
 #include "model/method.h"
 #include "optim/adamw.h"
@@ -28,6 +29,7 @@ struct TrainOptions {
     StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32, bf16 or block-wise 8-bit
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
     bool fused_update = false;  // update each weight in the backward pass, no whole-model gradient
+    CommCompression compression;  // of data-parallel transfers (mpirun); off by default
     int eval_every = 100;     // steps; 0 = only at the end
     int64_t eval_tokens = 131072;
     int log_every = 10;

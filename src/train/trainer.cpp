@@ -180,7 +180,13 @@ public:
         if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, position_.step);
         if (control.code_stats_every > 0 && writer_) code_dynamics_.emplace(model_, control.code_stats_every);
         training_step_.emplace(model_, adam_, options_.adam, options_.grad_clip, options_.fused_update, options_.seed,
-                               options_.grad_accum, comm_, plan_);
+                               options_.grad_accum, comm_, plan_, options_.compression);
+        if (control.resume &&
+            !load_communication_state(checkpoint_path_, plan_, comm_.rank(), training_step_->gradient_residual(),
+                                      training_step_->weight_master())) {
+            residual_note_ = "the checkpoint holds no gradient residuals of " + std::to_string(ranks_) +
+                             " ranks (it was saved by another rank count): error feedback starts from zero";
+        }
         training_step_->previous_grad_norm = position_.previous_grad_norm;
         training_step_->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
         require(!training_step_->skip_nonfinite || !options_.fused_update,
@@ -251,6 +257,7 @@ private:
         if (position_.step > 0) {
             say("resuming " + options_.out_dir + " at step " + std::to_string(position_.step) + "/" +
                 std::to_string(options_.steps));
+            if (!residual_note_.empty()) say(residual_note_);
             return;
         }
         say("training " + std::to_string(options_.model.parameter_count()) + " parameters with " +
@@ -261,9 +268,17 @@ private:
         say(adam_.describe(model_.layout) + sharding +
             (options_.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
         if (ranks_ > 1) {
+            const CommCompression& compression = options_.compression;
             say("data parallel over " + std::to_string(ranks_) + " ranks: each runs " +
                 std::to_string(options_.grad_accum / ranks_) + " micro-batch(es) of " + std::to_string(options_.batch) +
-                " sequences per step; gradients reduce-scattered, new weights all-gathered");
+                " sequences per step; gradients reduce-scattered (" + compression_label(compression.gradient_bits) +
+                (compression.gradient_bits ? ", error feedback" : "") + "), new weights all-gathered (" +
+                (compression.weight_bits ? compression_label(compression.weight_bits) + " differences of the fp32 values"
+                                         : std::string("as stored")) +
+                ")");
+        } else if (options_.compression.any()) {
+            say("--compress-gradients and --compress-weights act between ranks: one rank sends nothing, so they "
+                "change nothing here");
         }
     }
 
@@ -360,19 +375,54 @@ private:
             // The whole optimizer state, so that any number of ranks can resume.
             whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
         }
+        Array<float> residuals, master;  // rank 0: what compressed transfers carry, gathered
+        const CommunicationState communication = gather_communication_state(residuals, master);
         if (writer_) {
             const OptimizerState& state = whole ? *whole : adam_;
             if (control_.async_checkpoint) {
                 start_training_checkpoint(background_writer_, checkpoint_path_, options_, here, model_, state,
-                                          *data_.tokenizer);
+                                          *data_.tokenizer, communication);
             } else {
-                save_training_checkpoint(checkpoint_path_, options_, here, model_, state, *data_.tokenizer);
+                save_training_checkpoint(checkpoint_path_, options_, here, model_, state, *data_.tokenizer,
+                                         communication);
             }
             metrics_->append({{"type", "checkpoint"},
                               {"step", step},
                               {"write", control_.async_checkpoint ? "background" : "in the loop"},
                               {"pause_seconds", seconds_since(start)}});
         }
+    }
+
+    // Collective: every rank's gradient residual (concatenated in rank order) and exact weight
+    // shard into `residuals` and `master` on rank 0 (scratch while the checkpoint is written).
+    CommunicationState gather_communication_state(Array<float>& residuals, Array<float>& master) {
+        CommunicationState state;
+        if (const Array<float>* mine = training_step_->gradient_residual()) {
+            std::vector<size_t> offsets, sizes;
+            size_t count = 0;
+            for (int r = 0; r < ranks_; ++r) {
+                const size_t size = model_.layout.total - (plan_.end(r) - plan_.begin(r));
+                offsets.push_back(count * sizeof(float));
+                sizes.push_back(size * sizeof(float));
+                count += size;
+            }
+            if (writer_) residuals = Array<float>(MemCategory::scratch, count);
+            comm_.gather_to_root(mine->data(), mine->size() * sizeof(float), residuals.data(), offsets, sizes);
+            state.residual_ranks = ranks_;
+            state.gradient_residuals = residuals.data();
+            state.gradient_residual_count = count;
+        }
+        if (const Array<float>* mine = training_step_->weight_master()) {
+            std::vector<size_t> offsets, sizes;
+            for (int r = 0; r < ranks_; ++r) {
+                offsets.push_back(plan_.value_cut[r] * sizeof(float));
+                sizes.push_back((plan_.value_cut[r + 1] - plan_.value_cut[r]) * sizeof(float));
+            }
+            if (writer_) master = Array<float>(MemCategory::scratch, model_.layout.value_total);
+            comm_.gather_to_root(mine->data(), mine->size() * sizeof(float), master.data(), offsets, sizes);
+            state.weight_master = master.data();
+        }
+        return state;
     }
 
     // Returns when the last checkpoint is on disk (a background write's failure is thrown).
@@ -418,6 +468,7 @@ private:
     FILE* out_;                                  // progress output; null when quiet or not rank 0
     ProgressDisplay progress_;
     BackgroundCheckpointWriter background_writer_;  // used with --async-checkpoint
+    std::string residual_note_;  // said on resume when the gradient residuals could not be restored
 };
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace dqt {
 
 TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
                            bool fused_update, uint64_t seed, int micro_batches, Communicator& comm,
-                           const ShardPlan& plan)
+                           const ShardPlan& plan, CommCompression compression)
     : model_(model),
       state_(state),
       adam_(adam),
@@ -29,8 +29,15 @@ TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const 
         fused_.emplace(model, state, adam, seed);
         return;
     }
-    exchange_.emplace(model, plan, comm, micro_batches / comm.size());
+    exchange_.emplace(model, plan, comm, micro_batches / comm.size(), compression.gradient_bits);
+    if (compression.weight_bits != 0 && comm.size() > 1) weight_gather_.emplace(model, plan, comm, compression.weight_bits);
 }
+
+Array<float>* TrainingStep::gradient_residual() {
+    return exchange_ && exchange_->residual().size() > 0 ? &exchange_->residual() : nullptr;
+}
+
+Array<float>* TrainingStep::weight_master() { return weight_gather_ ? &weight_gather_->master() : nullptr; }
 
 TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, float lr, int64_t t,
                                        const std::function<void(int micro)>& fill) {
@@ -76,14 +83,20 @@ TrainingStep::Result TrainingStep::run_unfused(Activations& acts, float grad_sca
     result.grad_norm = exchange_->global_norm();
     if (skip_nonfinite && !(std::isfinite(result.loss_sum) && std::isfinite(result.grad_norm))) {
         result.skipped = true;
+        exchange_->drop_residual();  // it may hold the non-finite values
         return result;
     }
     const float factor = clip_factor(result.grad_norm, grad_clip_);
     if (factor != 1.0f) exchange_->scale(factor);
     const int rank = comm_.rank();
+    if (weight_gather_) weight_gather_->begin_update();
     optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_,
                          [this](std::vector<ExactSum>& dots) { comm_.sum_exact(dots); });
-    comm_.allgather_in_place(model_.values.data(), plan_.value_cut, sizeof(float), Traffic::weights);
+    if (weight_gather_) {
+        weight_gather_->finish_update();
+    } else {
+        comm_.allgather_in_place(model_.values.data(), plan_.value_cut, sizeof(float), Traffic::weights);
+    }
     comm_.allgather_in_place(model_.codes.data(), plan_.code_cut, 1, Traffic::weights);
     return result;
 }

@@ -7,13 +7,16 @@
 // sent): rank r runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the
 // gradients are reduce-scattered in a fixed order (data_parallel/gradient_exchange.h), each rank
 // updates the elements it owns (data_parallel/shard_plan.h) and all-gathers the new weights: integer
-// codes for dqt tensors, fp32 for the rest.
+// codes for dqt tensors, fp32 for the rest. `compression` sends the gradients, or the new fp32
+// values as differences, block-quantized (data_parallel/compression.h).
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
 
 #include "data_parallel/comm.h"
+#include "data_parallel/compressed_weight_gather.h"
+#include "data_parallel/compression.h"
 #include "data_parallel/gradient_exchange.h"
 #include "data_parallel/shard_plan.h"
 #include "model/llama.h"
@@ -27,7 +30,8 @@ public:
     // micro_batches: M, a multiple of comm.size(); plan: cut for comm.size() ranks, and state
     // holding this rank's share of it. Fused updates take one rank and one micro-batch.
     TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                 bool fused_update, uint64_t seed, int micro_batches, Communicator& comm, const ShardPlan& plan);
+                 bool fused_update, uint64_t seed, int micro_batches, Communicator& comm, const ShardPlan& plan,
+                 CommCompression compression = {});
 
     struct Result {
         double loss_sum = 0.0;        // summed cross-entropy over every token of the step (all ranks), nats
@@ -49,6 +53,12 @@ public:
     // The last step's gradient norm: fused updates clip with it, so a resumed run restores it.
     double previous_grad_norm = 0.0;
 
+    // What compressed transfers carry from step to step (null when not compressed, or one rank):
+    // this rank's gradient residual (GradientExchange::residual) and its exact weight shard
+    // (CompressedWeightGather::master). A resumed run restores them.
+    Array<float>* gradient_residual();
+    Array<float>* weight_master();
+
 private:
     Result run_fused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
     // Gradients into a GradientExchange (one rank: a plain buffer), then the optimizer.
@@ -64,6 +74,7 @@ private:
     const ShardPlan& plan_;
     std::optional<GradientExchange> exchange_;  // unfused only
     std::optional<FusedUpdater> fused_;         // fused only
+    std::optional<CompressedWeightGather> weight_gather_;  // with compressed weights on > 1 rank
 };
 
 }  // namespace dqt
