@@ -308,7 +308,8 @@ long first_gradient_bytes(const std::string& metrics_path) {
     return at == std::string::npos ? -1 : std::stol(log.substr(at + key.size()));
 }
 
-// --compress-gradients / --compress-weights: two runs give the same bits; a run stopped and
+// --compress-gradients / --compress-weights: two runs give the same bits (also with another
+// thread count); a run stopped and
 // resumed on the same rank count (its residuals and exact weights restored from the
 // checkpoint, written in the background) gives them too; another rank count resumes as well.
 TEST(DataParallelRun, CompressedRunsRepeatBitForBitAndResumeExactly) {
@@ -324,6 +325,16 @@ TEST(DataParallelRun, CompressedRunsRepeatBitForBitAndResumeExactly) {
         const std::string a = read_bytes(root / "a/run/checkpoint.dqt");
         ASSERT_GT(a.size(), 10000u);
         EXPECT_TRUE(a == read_bytes(root / "b/run/checkpoint.dqt"));
+        if (method.find("bitnet") != std::string::npos) {
+            // Encoding is block by block and the sum elementwise: the thread count does not matter.
+            std::string threaded = args;
+            threaded.replace(threaded.find("--threads 1"), 11, "--threads 2");
+            // Unbound, so that each rank may use 2 CPUs (mpirun binds a rank to one core).
+            const std::string unbound = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 ";
+            const CommandResult two_threads = run_in(root / "c", unbound + DQT_BINARY + threaded);
+            ASSERT_EQ(two_threads.exit_code, 0) << two_threads.output;
+            EXPECT_TRUE(a == read_bytes(root / "c/run/checkpoint.dqt"));
+        }
 
         const CommandResult split = run_in(root / "split", mpirun(2) + tiny_run_args(method + " --overwrite --checkpoint-every 0 --stop-after 3 --async-checkpoint"));
         ASSERT_EQ(split.exit_code, 0) << split.output;
@@ -332,9 +343,13 @@ TEST(DataParallelRun, CompressedRunsRepeatBitForBitAndResumeExactly) {
         const CommandResult rest = run_in(root / "split", mpirun(2) + " train --out run --resume --threads 1 --no-sample --quiet");
         ASSERT_EQ(rest.exit_code, 0) << rest.output;
         EXPECT_TRUE(a == read_bytes(root / "split/run/checkpoint.dqt"));
-        // One rank sends nothing and needs no residual: it goes on from the saved weights.
-        const CommandResult one = run_in(root / "other", std::string(DQT_BINARY) + " train --out run --resume --threads 1 --no-sample --quiet");
+        // One rank sends nothing and needs no residual: it goes on from the saved weights. Back
+        // on 2 ranks, its checkpoint holds no residuals: they start from zero, and the run says so.
+        const CommandResult one = run_in(root / "other", std::string(DQT_BINARY) + " train --out run --resume --threads 1 --no-sample --quiet --stop-after 4");
         EXPECT_EQ(one.exit_code, 0) << one.output;
+        const CommandResult back = run_in(root / "other", mpirun(2) + " train --out run --resume --threads 1 --no-sample");
+        EXPECT_EQ(back.exit_code, 0) << back.output;
+        EXPECT_NE(back.output.find("error feedback starts from zero"), std::string::npos) << back.output;
 
         // Compression did act: other bits than fp32 transfers, a fraction of their bytes.
         const CommandResult plain = run_in(root / "plain", mpirun(2) + tiny_run_args(method.substr(0, method.find(" --compress")) + " --overwrite --checkpoint-every 0"));
