@@ -4,10 +4,15 @@
 # ranks under mpirun, with and without --compress-gradients / --compress-weights, for bitnet,
 # dqt ternary and dqt 8-bit (each method's default settings: dqt's tuned recipe). The global
 # batch is the same 8 sequences of 256 tokens (--batch 4 --grad-accum 2: one micro-batch per
-# rank). Prints a Markdown table of final val loss, its change against the uncompressed run,
-# bytes sent per step per rank, and step time (docs/data-parallel.md, docs/results.md).
+# rank). Prints a Markdown table of final val loss, its change against the uncompressed run, and
+# bytes sent per step per rank (docs/data-parallel.md, docs/results.md).
 #
-#   bash scripts/compressed_comm_loss.sh                 every run (about 10 min each on 2 cores)
+# The runs named *-one-rank are the noise floor: the uncompressed run on one process with the
+# global batch as one micro-batch (--batch 8 --grad-accum 1, 2 threads). It differs from the
+# 2-rank run only in how the gradient's sum is grouped (float rounding), so its loss change is
+# what a perturbation of one rounding per step does to this training setup, before any compression.
+#
+#   bash scripts/compressed_comm_loss.sh                 every run (about 7 min each on 2 cores)
 #   ONLY="bitnet bitnet-g4" bash scripts/compressed_comm_loss.sh     just these runs
 # Runs that finished (their metrics hold the final memory report) are skipped; the table is
 # printed for whatever runs exist.
@@ -33,6 +38,9 @@ runs=(
   "dqt-8|--method dqt --bits 8"
   "dqt-8-g8|--method dqt --bits 8 --compress-gradients 8"
   "dqt-8-g4|--method dqt --bits 8 --compress-gradients 4"
+  "bitnet-one-rank|--method bitnet"
+  "dqt-1.58-one-rank|--method dqt --bits 1.58"
+  "dqt-8-one-rank|--method dqt --bits 8"
 )
 root=runs/compress
 mkdir -p "$root"
@@ -43,8 +51,14 @@ for entry in "${runs[@]}"; do
   if finished "$root/$name"; then echo "== $name: done already"; continue; fi
   read -r -a flags <<< "${entry#*|}"
   rm -rf "${root:?}/$name"
-  echo "== $name: training on 2 ranks"
-  mpirun --allow-run-as-root -np 2 --bind-to core "$dqt" train "${common[@]}" "${flags[@]}" --out "$root/$name" \
-    > "$root/$name.log" 2>&1
+  if [[ "$name" == *-one-rank ]]; then
+    echo "== $name: training on 1 rank"
+    "$dqt" train "${common[@]}" "${flags[@]}" --batch 8 --grad-accum 1 --threads 2 --out "$root/$name" \
+      > "$root/$name.log" 2>&1
+  else
+    echo "== $name: training on 2 ranks"
+    mpirun --allow-run-as-root -np 2 --bind-to core "$dqt" train "${common[@]}" "${flags[@]}" --out "$root/$name" \
+      > "$root/$name.log" 2>&1
+  fi
 done
 /usr/bin/python3 scripts/compressed_comm_table.py "$root"

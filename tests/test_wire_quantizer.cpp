@@ -30,32 +30,44 @@ std::vector<float> random_values(std::mt19937_64& rng, size_t count) {
     return values;
 }
 
-// The format as docs/data-parallel.md states it, one value at a time: per block of 256, an fp32
-// scale absmax / qmax, then q = nearest integer to v / scale (ties to even) clamped to
-// [-qmax, qmax], with q = +-1 turned to 0 when |v| < scale / 2; 8 bits one int8 each, 4 bits
-// two's-complement nibbles, low nibble first; a partial last block padded with zero codes.
+// The format as wire_quantizer.h states it, one value at a time, in double where that is exact.
+// Per block of 256: 8 bits, scale absmax / 127, q = nearest integer to v / scale (ties to even)
+// clamped to [-127, 127], +-1 turned to 0 when |v| < scale / 2, one int8 each; 4 bits, scale
+// absmax, the nearest of 0 and +-absmax x 2^(k-7) for k = 1..7 (ties up, 0 only up to
+// absmax / 128), nibble k plus 8 when negative, low nibble first. A partial last block is padded
+// with zero codes.
 std::vector<uint8_t> reference_encode(const std::vector<float>& v, int bits) {
-    const int qmax = bits == 8 ? 127 : 7;
     std::vector<uint8_t> wire;
     for (size_t first = 0; first < v.size(); first += 256) {
         const size_t n = std::min<size_t>(256, v.size() - first);
         float absmax = 0.0f;
         for (size_t i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(v[first + i]));
-        const float scale = absmax / static_cast<float>(qmax);
+        const float scale = bits == 8 ? absmax / 127.0f : absmax;
         uint8_t scale_bytes[4];
         std::memcpy(scale_bytes, &scale, 4);
         wire.insert(wire.end(), scale_bytes, scale_bytes + 4);
-        std::vector<int> q(256, 0);
-        for (size_t i = 0; i < n && scale > 0.0f; ++i) {
-            double r = std::nearbyint(static_cast<double>(v[first + i] / scale));
-            r = std::min<double>(std::max<double>(r, -qmax), qmax);
-            q[i] = static_cast<int>(r);
-            if (std::abs(q[i]) == 1 && 2.0f * std::fabs(v[first + i]) < scale) q[i] = 0;
+        std::vector<int> code(256, 0);
+        for (size_t i = 0; i < n && absmax >= 0x1p-100f; ++i) {
+            const float x = v[first + i];
+            if (bits == 8) {
+                double r = std::nearbyint(static_cast<double>(x / scale));
+                r = std::min<double>(std::max<double>(r, -127), 127);
+                code[i] = static_cast<int>(r);
+                if (std::abs(code[i]) == 1 && 2.0f * std::fabs(x) < scale) code[i] = 0;
+            } else if (std::fabs(x) > absmax / 128) {
+                // The nearest power of two in [1/64, 1] to the float ratio |x| / absmax.
+                const double ratio = std::fabs(x) / absmax;
+                int best = 1;
+                for (int k = 2; k <= 7; ++k) {
+                    if (std::fabs(ratio - std::ldexp(1.0, k - 7)) <= std::fabs(ratio - std::ldexp(1.0, best - 7))) best = k;
+                }
+                code[i] = best + (x < 0 ? 8 : 0);
+            }
         }
         if (bits == 8) {
-            for (int code : q) wire.push_back(static_cast<uint8_t>(static_cast<int8_t>(code)));
+            for (int c : code) wire.push_back(static_cast<uint8_t>(static_cast<int8_t>(c)));
         } else {
-            for (size_t i = 0; i < 256; i += 2) wire.push_back(static_cast<uint8_t>((q[i] & 15) | ((q[i + 1] & 15) << 4)));
+            for (size_t i = 0; i < 256; i += 2) wire.push_back(static_cast<uint8_t>(code[i] | (code[i + 1] << 4)));
         }
     }
     return wire;
@@ -111,7 +123,10 @@ TEST(WireQuantizer, ErrorFeedbackLosesNothing) {
     }
 }
 
-TEST(WireQuantizer, RoundingErrorIsAtMostHalfAStep) {
+// How far one encoded difference can land from its target: at 8 bits half a step (absmax / 254);
+// at 4 bits a third of the difference (the nearest power of two), or absmax / 128 for the
+// differences sent as 0.
+TEST(WireQuantizer, RoundingErrorIsBoundedByTheFormat) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE(seed_trace(seed));
     std::mt19937_64 rng(seed);
@@ -127,11 +142,12 @@ TEST(WireQuantizer, RoundingErrorIsAtMostHalfAStep) {
             for (size_t i = 0; i < 256; ++i) {
                 absmax = std::max(absmax, std::fabs(double(target[block * 256 + i]) - before[block * 256 + i]));
             }
-            const double step = absmax / (bits == 8 ? 127 : 7);
             for (size_t i = block * 256; i < (block + 1) * 256; ++i) {
-                // Half a step of rounding, plus float rounding of the difference and of the sum.
+                const double difference = std::fabs(double(target[i]) - before[i]);
+                const double bound = bits == 8 ? absmax / 254 : std::max(difference / 3, absmax / 128);
+                // Plus float rounding of the difference and of the sum.
                 const double float_rounding = std::ldexp(std::fabs(target[i]) + std::fabs(before[i]), -22);
-                EXPECT_LE(std::fabs(double(target[i]) - copy[i]), 0.5 * step * (1 + 1e-5) + float_rounding)
+                EXPECT_LE(std::fabs(double(target[i]) - copy[i]), bound * (1 + 1e-5) + float_rounding)
                     << bits << " bits, value " << i;
             }
         }
