@@ -4,7 +4,7 @@
     /usr/bin/python3 scripts/compressed_comm_table.py runs/compress
 
 Per run: the final val loss, its relative change against the method's uncompressed run (the
-name without its -g8, -g4, -w4, -one-rank suffixes) and the bytes rank 0 sent per step (gradients,
+name without its -g8, -g4, -w4, -one-rank parts) and the bytes rank 0 sent per step (gradients,
 weights). Step times come from scripts/bench_compressed_comm.py, on an idle machine.
 """
 import json
@@ -13,7 +13,8 @@ import re
 import sys
 
 ORDER = ["bitnet", "bitnet-g8", "bitnet-g4", "bitnet-g4-w4", "dqt-1.58", "dqt-1.58-g8", "dqt-1.58-g4",
-         "dqt-8", "dqt-8-g8", "dqt-8-g4", "bitnet-one-rank", "dqt-1.58-one-rank", "dqt-8-one-rank"]
+         "dqt-8", "dqt-8-g8", "dqt-8-g4", "bitnet-one-rank", "dqt-1.58-one-rank", "dqt-8-one-rank",
+         "dqt-1.58-seed2", "dqt-1.58-g4-seed2"]
 
 
 def summary(folder):
@@ -40,7 +41,7 @@ def main():
           " total vs uncompressed |")
     print("|---|---|---|---|---|---|")
     for name, row in rows.items():
-        base = rows.get(re.sub(r"(-g[48]|-w[48]|-one-rank)+$", "", name))
+        base = rows.get(re.sub(r"-(g[48]|w[48]|one-rank)\b", "", name))
         change = f"{(row['val_loss'] / base['val_loss'] - 1) * 100:+.2f}%" if base and base is not row else "-"
         sent = row["gradient_bytes"] + row["weight_bytes"]
         ratio = f"{(base['gradient_bytes'] + base['weight_bytes']) / sent:.2f}x less" if base and base is not row else "-"

@@ -26,6 +26,8 @@ cases=(
   "$train --out RUN --adam-eps 0"
   "$train --out RUN --weight-decay -1"
   "$train --out RUN --grad-clip nan"
+  "$train --out RUN --compress-gradients 3"
+  "$train --out RUN --compress-weights 4 --fused-update"
   "$train --out RUN --min-lr-ratio 2"
   "$train --out RUN --threads -3"
   "$train --out RUN --threads 10000"

@@ -235,6 +235,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "--fused-update cannot be combined with --tie-embeddings");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head --tie-embeddings"),
                           "with --tie-embeddings the head is the embedding");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 3"), "--compress-gradients: 3 not in {8,4}");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-weights 16"), "--compress-weights: 16 not in {8,4}");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 4 --fused-update"),
+                          "--fused-update runs on one rank: drop one of them");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
 }
 
