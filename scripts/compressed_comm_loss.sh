@@ -11,6 +11,7 @@
 # global batch as one micro-batch (--batch 8 --grad-accum 1, 2 threads). It differs from the
 # 2-rank run only in how the gradient's sum is grouped (float rounding), so its loss change is
 # what a perturbation of one rounding per step does to this training setup, before any compression.
+# The *-seed2 pair repeats ternary dqt's uncompressed and 4-bit runs with another seed.
 #
 #   bash scripts/compressed_comm_loss.sh                 every run (about 7 min each on 2 cores)
 #   ONLY="bitnet bitnet-g4" bash scripts/compressed_comm_loss.sh     just these runs
@@ -41,6 +42,8 @@ runs=(
   "bitnet-one-rank|--method bitnet"
   "dqt-1.58-one-rank|--method dqt --bits 1.58"
   "dqt-8-one-rank|--method dqt --bits 8"
+  "dqt-1.58-seed2|--method dqt --bits 1.58 --seed 99"
+  "dqt-1.58-g4-seed2|--method dqt --bits 1.58 --compress-gradients 4 --seed 99"
 )
 root=runs/compress
 mkdir -p "$root"

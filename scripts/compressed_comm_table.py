@@ -44,7 +44,8 @@ def main():
         base = rows.get(re.sub(r"-(g[48]|w[48]|one-rank)\b", "", name))
         change = f"{(row['val_loss'] / base['val_loss'] - 1) * 100:+.2f}%" if base and base is not row else "-"
         sent = row["gradient_bytes"] + row["weight_bytes"]
-        ratio = f"{(base['gradient_bytes'] + base['weight_bytes']) / sent:.2f}x less" if base and base is not row else "-"
+        compared = base and base is not row and sent > 0  # one rank sends nothing
+        ratio = f"{(base['gradient_bytes'] + base['weight_bytes']) / sent:.2f}x less" if compared else "-"
         print(f"| {name} | {row['val_loss']:.4f} | {change} | {row['gradient_bytes'] / 1e6:.3f} MB |"
               f" {row['weight_bytes'] / 1e6:.3f} MB | {ratio} |")
 
