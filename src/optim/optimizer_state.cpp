@@ -56,6 +56,7 @@ OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, 
 
 void copy_moments_range(const TensorMoments& full, TensorMoments& part) {
     std::copy_n(full.scale_moments, 2, part.scale_moments);
+    if (part.count == 0) return;  // a rank that owns none of the tensor: no buffers to copy into
     const size_t bytes = part.element_bytes();
     std::memcpy(part.m.data(), full.m.as<char>() + part.first * bytes, part.count * bytes);
     std::memcpy(part.v.data(), full.v.as<char>() + part.first * bytes, part.count * bytes);
