@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "kernels/vecmath.h"
 #include "optim/moment_blocks.h"
@@ -102,12 +103,13 @@ void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t
     ExactSum* dot = k_.learned_scale ? code_gradient_dot : nullptr;
     // Each block runs on some thread: it sums its own part, then adds it under a lock (integer
     // addition is exact, so the order in which threads add does not matter).
+    std::mutex dot_lock;
     for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
         ExactSum part = 0;
         update_range_any(k_, tensor_.codes, g + (block_first - first), m, v, block_first, block_last,
                          dot ? &part : nullptr);
         if (dot) {
-#pragma omp critical(dqt_code_gradient_dot)
+            const std::lock_guard<std::mutex> hold(dot_lock);
             *dot += part;
         }
     });
