@@ -74,7 +74,7 @@ GradientExchange::GradientExchange(const ModelParameters& model, const ShardPlan
     const size_t shard = shard_end_ - shard_begin_;
     received_ = Array<float>(MemCategory::gradients, received_from_.size() * shard);
     if (compress_bits_) {
-        residual_ = Array<float>(MemCategory::gradients, total_ - shard);
+        residual_ = Array<float>(MemCategory::gradients, plan.outside(rank_));
         size_t send_bytes = 0, recv_bytes = 0;  // of a whole step
         for (const Piece& piece : pieces_) {
             for (int other = 0; other < plan.ranks; ++other) {

@@ -22,6 +22,8 @@ struct ShardPlan {
 
     size_t begin(int rank) const { return cut[static_cast<size_t>(rank)]; }
     size_t end(int rank) const { return cut[static_cast<size_t>(rank) + 1]; }
+    // Flat positions outside `rank`'s share (what its gradient residual holds, compressed transfers).
+    size_t outside(int rank) const { return cut.back() - (end(rank) - begin(rank)); }
     // The elements of `tensor` that `rank` owns.
     ElementRange owned(const ParamTensor& tensor, int rank) const;
     // owned() for every tensor of the layout (OptimizerState's shape on `rank`).

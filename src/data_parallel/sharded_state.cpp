@@ -20,6 +20,14 @@ void gather_items(Communicator& comm, const void* mine, void* whole, size_t item
 
 }  // namespace
 
+Array<float> gather_float_shards(Communicator& comm, const Array<float>& mine, const std::vector<size_t>& cut) {
+    Array<float> whole;
+    if (comm.is_root()) whole = Array<float>(MemCategory::scratch, cut.back());
+    gather_items(comm, mine.data(), whole.data(), sizeof(float), [&](int r) { return cut[r]; },
+                 [&](int r) { return cut[r + 1] - cut[r]; });
+    return whole;
+}
+
 std::optional<OptimizerState> gather_optimizer_state(const ParamLayout& layout, const ShardPlan& plan,
                                                      Communicator& comm, const OptimizerState& shard) {
     std::optional<OptimizerState> whole;

@@ -3,7 +3,9 @@
 // ranks resumes on M: rank 0 assembles it from every rank's shard before writing, and each
 // resuming rank reads back only its slice (train/model_checkpoint.h).
 #include <optional>
+#include <vector>
 
+#include "core/memory.h"
 #include "data_parallel/comm.h"
 #include "data_parallel/shard_plan.h"
 #include "optim/optimizer_state.h"
@@ -14,5 +16,9 @@ namespace dqt {
 // while the checkpoint is written); the others get nothing.
 std::optional<OptimizerState> gather_optimizer_state(const ParamLayout& layout, const ShardPlan& plan,
                                                      Communicator& comm, const OptimizerState& shard);
+
+// Collective: rank r's `mine` holds floats [cut[r], cut[r+1]) of one array; rank 0 gets the
+// whole array (category scratch), the others an empty one.
+Array<float> gather_float_shards(Communicator& comm, const Array<float>& mine, const std::vector<size_t>& cut);
 
 }  // namespace dqt

@@ -283,7 +283,7 @@ bool load_communication_state(const std::string& path, const ShardPlan& plan, in
     size_t count = 0, offset = 0;
     for (int r = 0; r < plan.ranks; ++r) {
         if (r == rank) offset = count;
-        count += plan.cut.back() - (plan.end(r) - plan.begin(r));
+        count += plan.outside(r);
     }
     Array<float> whole(MemCategory::scratch, count);
     reader.read(kResidualTensor, "f32", {static_cast<int64_t>(count)}, whole.data(), whole.bytes());

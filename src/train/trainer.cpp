@@ -375,8 +375,19 @@ private:
             // The whole optimizer state, so that any number of ranks can resume.
             whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
         }
-        Array<float> residuals, master;  // rank 0: what compressed transfers carry, gathered
-        const CommunicationState communication = gather_communication_state(residuals, master);
+        // Rank 0: what compressed transfers carry, gathered (scratch while the checkpoint is written).
+        CommunicationState communication;
+        Array<float> residuals, master;
+        if (const Array<float>* mine = training_step_->gradient_residual()) {
+            std::vector<size_t> cut = {0};  // every rank's residual, in rank order
+            for (int r = 0; r < ranks_; ++r) cut.push_back(cut.back() + plan_.outside(r));
+            residuals = gather_float_shards(comm_, *mine, cut);
+            communication = {ranks_, residuals.data(), cut.back(), nullptr};
+        }
+        if (const Array<float>* mine = training_step_->weight_master()) {
+            master = gather_float_shards(comm_, *mine, plan_.value_cut);
+            communication.weight_master = master.data();
+        }
         if (writer_) {
             const OptimizerState& state = whole ? *whole : adam_;
             if (control_.async_checkpoint) {
@@ -391,38 +402,6 @@ private:
                               {"write", control_.async_checkpoint ? "background" : "in the loop"},
                               {"pause_seconds", seconds_since(start)}});
         }
-    }
-
-    // Collective: every rank's gradient residual (concatenated in rank order) and exact weight
-    // shard into `residuals` and `master` on rank 0 (scratch while the checkpoint is written).
-    CommunicationState gather_communication_state(Array<float>& residuals, Array<float>& master) {
-        CommunicationState state;
-        if (const Array<float>* mine = training_step_->gradient_residual()) {
-            std::vector<size_t> offsets, sizes;
-            size_t count = 0;
-            for (int r = 0; r < ranks_; ++r) {
-                const size_t size = model_.layout.total - (plan_.end(r) - plan_.begin(r));
-                offsets.push_back(count * sizeof(float));
-                sizes.push_back(size * sizeof(float));
-                count += size;
-            }
-            if (writer_) residuals = Array<float>(MemCategory::scratch, count);
-            comm_.gather_to_root(mine->data(), mine->size() * sizeof(float), residuals.data(), offsets, sizes);
-            state.residual_ranks = ranks_;
-            state.gradient_residuals = residuals.data();
-            state.gradient_residual_count = count;
-        }
-        if (const Array<float>* mine = training_step_->weight_master()) {
-            std::vector<size_t> offsets, sizes;
-            for (int r = 0; r < ranks_; ++r) {
-                offsets.push_back(plan_.value_cut[r] * sizeof(float));
-                sizes.push_back((plan_.value_cut[r + 1] - plan_.value_cut[r]) * sizeof(float));
-            }
-            if (writer_) master = Array<float>(MemCategory::scratch, model_.layout.value_total);
-            comm_.gather_to_root(mine->data(), mine->size() * sizeof(float), master.data(), offsets, sizes);
-            state.weight_master = master.data();
-        }
-        return state;
     }
 
     // Returns when the last checkpoint is on disk (a background write's failure is thrown).
