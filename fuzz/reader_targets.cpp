@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "model/config.h"
 #include "train/model_checkpoint.h"
 
@@ -77,7 +78,8 @@ std::vector<uint8_t> with_valid_checksums(Reader reader, std::span<const uint8_t
             break;
         }
         case Reader::model_config:
-        case Reader::corpus_text: break;  // no checksum
+        case Reader::corpus_text:
+        case Reader::safetensors: break;  // no checksum
     }
     return bytes;
 }
@@ -221,12 +223,37 @@ Outcome read_corpus_text(const std::string& path, std::span<const uint8_t> bytes
         path);
 }
 
+// Every tensor read as the importers read it: floating-point ones as fp32, I32 ones as integers;
+// what was accepted holds exactly the element count its shape says.
+Outcome read_safetensors(const std::string& path) {
+    return keeps_contract(
+        [&] {
+            const SafetensorsReader reader(path);
+            for (const std::string& name : reader.names()) {
+                int64_t count = 1;
+                for (const int64_t dim : reader.shape(name)) count *= dim;
+                const std::string& dtype = reader.dtype(name);
+                size_t read = static_cast<size_t>(count);
+                if (dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F64") {
+                    read = reader.read_f32(name).size();
+                } else if (dtype == "I32") {
+                    read = reader.read_i32(name).size();
+                }
+                if (read != static_cast<size_t>(count) || reader.element_count(name) != count) {
+                    throw std::logic_error("a tensor's element count does not match its shape");
+                }
+            }
+        },
+        path);
+}
+
 }  // namespace
 
 const std::vector<NamedReader>& all_readers() {
     static const std::vector<NamedReader> readers = {
         {Reader::checkpoint, "checkpoint"}, {Reader::shard, "shard"},          {Reader::gguf, "gguf"},
         {Reader::model_config, "model_config"}, {Reader::tokenizer, "tokenizer"}, {Reader::corpus_text, "corpus_text"},
+        {Reader::safetensors, "safetensors"},
     };
     return readers;
 }
@@ -234,7 +261,8 @@ const std::vector<NamedReader>& all_readers() {
 Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& scratch_dir) {
     // Each reader sees the file under the name a user would give it.
     static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
-                                                 "model.json",     "tokenizer.bin", "corpus.txt"};
+                                                 "model.json",     "tokenizer.bin", "corpus.txt",
+                                                 "model.safetensors"};
     const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
     write_input(path, with_valid_checksums(reader, bytes));
     switch (reader) {
@@ -244,6 +272,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
         case Reader::model_config: return read_model_config(path);
         case Reader::tokenizer: return read_tokenizer(path);
         case Reader::corpus_text: return read_corpus_text(path, bytes);
+        case Reader::safetensors: return read_safetensors(path);
     }
     return {"unknown reader", false};
 }

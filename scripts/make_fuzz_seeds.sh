@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seeds=fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text}
+mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors}
 
 # A corpus of a few lines with digits, punctuation, accents and emoji.
 for i in $(seq 1 40); do
@@ -50,4 +50,7 @@ cp "$work/fp/checkpoint.dqt" "$seeds/checkpoint/fp.dqt"
 python3 -c "import json; print(json.dumps(json.load(open('$work/fp/config.json'))['model'], indent=2))" \
   > "$seeds/model_config/full.json" 2>/dev/null || cp "$work/fp/config.json" "$seeds/model_config/full.json"
 printf '{"dim": 64, "n_layers": 2, "n_heads": 4}\n' > "$seeds/model_config/short.json"
+
+# Hugging Face safetensors files (not made by dqt: dqt only reads them).
+python3 scripts/safetensors_seeds.py "$seeds/safetensors"
 du -b "$seeds"/*/* | sort -k2

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The fair comparison of ternary dqt, dqt 8-bit and bitnet: one tuning grid for every method.
+
+    python3 scripts/tune_grid.py                 run what is missing of every stage, in order
+    python3 scripts/tune_grid.py --stage prune   only that stage (prune, full, transfer, large)
+    python3 scripts/tune_grid.py --plan          list the runs each stage would start, and stop
+    python3 scripts/tune_grid.py --report        the tables of docs/results.md from the records
+
+Stages (the reproduction setup of scripts/ternary_ablations.sh: dim 256, 4 layers, 8 x 256
+tokens a step, 2,450 steps = 5.02 M tokens, 131,072 evaluation tokens, one thread a run):
+  prune     every point of GRID for every method at a quarter of the budget (612 steps, the
+            schedule compressed to it); the same grid and budget for each method
+  full      each method's PRUNE_KEEP best points at the full budget, evaluated every 250 steps
+  transfer  each method's best full run, unchanged, with a second seed on SOTU and with two
+            seeds on Brown and on the email corpus (scripts/fetch_email.sh), which no tuning saw
+  large     each method's best settings once on a model about 4x larger (dim 512, 8 heads,
+            FFN 1376: 12.9 M parameters against 3.3 M)
+
+Every finished run appends one record to docs/tuning/runs.jsonl (settings, final and
+intermediate validation losses, the train-loss curve, the median step time of steps 25-95% of
+the run from the run's own log, the commit). A run with a record is never run again, so the
+grid continues where it stopped, in another session or on another machine. Runs go JOBS at a
+time (default 2, one thread each, the results do not depend on the thread count); grid points are
+interleaved across methods so that a stopped grid has covered every method alike.
+"""
+import argparse
+import itertools
+import json
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RECORDS = REPO / "docs" / "tuning" / "runs.jsonl"
+RUN_ROOT = REPO / "runs" / "tune"
+
+# What each method is: flags that are not tuned. dqt runs its recipe's learned grid step (the
+# scale rule is part of the method, chosen by earlier ablations: docs/results.md); every
+# setting the grid tunes is given explicitly, so the recipe's lr, beta1 and schedule never apply.
+METHODS = {
+    "bitnet": ["--method", "bitnet"],
+    "dqt-1.58": ["--method", "dqt", "--bits", "1.58", "--dqt-scale", "learned"],
+    "dqt-8": ["--method", "dqt", "--bits", "8", "--dqt-scale", "learned"],
+}
+# The grid, the same for every method: peak lr x init std x schedule end x beta1 (32 points).
+GRID = {
+    "lr": [1e-3, 2e-3, 3e-3, 4e-3],
+    "init_std": [0.02, 0.04],
+    "min_lr_ratio": [0.0, 0.1],
+    "beta1": [0.9, 0.98],
+}
+FULL_STEPS = 2450
+PRUNE_STEPS = FULL_STEPS // 4
+PRUNE_KEEP = 4
+SEEDS = [1234, 4321]
+CORPORA = {"sotu": "data/sotu-byte", "brown": "data/brown-byte", "email": "data/email-byte"}
+SIZES = {
+    "base": ["--dim", "256", "--layers", "4", "--heads", "4", "--ffn", "688"],
+    "large": ["--dim", "512", "--layers", "4", "--heads", "8", "--ffn", "1376"],
+}
+COMMON = ["--seq-len", "256", "--batch", "8", "--warmup", "30", "--beta2", "0.95",
+          "--weight-decay", "0.1", "--grad-clip", "1.0", "--eval-tokens", "131072",
+          "--checkpoint-every", "0", "--no-sample", "--threads", "1", "--quiet"]
+
+
+def grid_points():
+    keys = list(GRID)
+    return [dict(zip(keys, values)) for values in itertools.product(*(GRID[k] for k in keys))]
+
+
+def point_name(point):
+    return "lr{lr:g}-std{init_std:g}-end{min_lr_ratio:g}-b{beta1:g}".format(**point)
+
+
+class Run:
+    def __init__(self, stage, method, point, corpus="sotu", size="base", seed=SEEDS[0]):
+        self.stage, self.method, self.point = stage, method, point
+        self.corpus, self.size, self.seed = corpus, size, seed
+        self.steps = PRUNE_STEPS if stage == "prune" else FULL_STEPS
+        self.name = f"{stage}-{corpus}-{size}-{method}-{point_name(point)}-s{seed}"
+
+    def flags(self):
+        p = self.point
+        eval_every = 0 if self.stage == "prune" else 250
+        return (METHODS[self.method] + SIZES[self.size] + COMMON +
+                ["--data", CORPORA[self.corpus], "--steps", str(self.steps), "--seed", str(self.seed),
+                 "--lr", f"{p['lr']:g}", "--init-std", f"{p['init_std']:g}",
+                 "--min-lr-ratio", f"{p['min_lr_ratio']:g}", "--beta1", f"{p['beta1']:g}",
+                 "--eval-every", str(eval_every)])
+
+
+def load_records():
+    if not RECORDS.exists():
+        return {}
+    records = {}
+    for line in RECORDS.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            records[record["name"]] = record
+    return records
+
+
+def best_points(records, stage, method, count, corpus="sotu", size="base"):
+    """The `count` points of `method` with the lowest final validation loss in `stage`."""
+    done = [r for r in records.values() if r["stage"] == stage and r["method"] == method
+            and r["corpus"] == corpus and r["size"] == size and r["seed"] == SEEDS[0]]
+    done.sort(key=lambda r: r["val_loss"])
+    return [r["point"] for r in done[:count]]
+
+
+def stage_runs(stage, records):
+    """The runs of `stage`, or a sentence saying which earlier stage is not finished."""
+    points = grid_points()
+    if stage == "prune":
+        return [Run("prune", m, p) for p in points for m in METHODS]
+    earlier = {"full": ("prune", len(points)), "transfer": ("full", PRUNE_KEEP),
+               "large": ("full", PRUNE_KEEP)}[stage]
+    for method in METHODS:
+        have = len([r for r in records.values() if r["stage"] == earlier[0] and r["method"] == method
+                    and r["corpus"] == "sotu" and r["size"] == "base" and r["seed"] == SEEDS[0]])
+        if have < earlier[1]:
+            return f"stage {stage} waits for stage {earlier[0]}: {method} has {have} of {earlier[1]} runs"
+    if stage == "full":
+        keep = {m: best_points(records, "prune", m, PRUNE_KEEP) for m in METHODS}
+        return [Run("full", m, keep[m][rank]) for rank in range(PRUNE_KEEP) for m in METHODS]
+    best = {m: best_points(records, "full", m, 1)[0] for m in METHODS}
+    if stage == "large":
+        return [Run("large", m, best[m], size="large") for m in METHODS]
+    runs = []
+    for corpus, seed in [("sotu", SEEDS[1])] + [(c, s) for c in ("brown", "email") for s in SEEDS]:
+        runs += [Run("transfer", m, best[m], corpus=corpus, seed=seed) for m in METHODS]
+    return runs
+
+
+def commit():
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def frozen_binary(dqt):
+    """A copy of `dqt` for this invocation, so that rebuilding build/ mid-grid changes no run;
+    with the commit it was built from (the checkout's HEAD, "+dirty" with uncommitted changes)."""
+    head = commit()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    RUN_ROOT.mkdir(parents=True, exist_ok=True)
+    copy = RUN_ROOT / f"dqt-{head}"
+    shutil.copy2(dqt, copy)
+    return str(copy), head + ("+dirty" if dirty else "")
+
+
+def summarize(run, out, elapsed, built_from):
+    """The record of a finished run, read from its metrics.jsonl (None if it did not finish)."""
+    lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    evals = [[l["step"], l["val_loss"]] for l in lines if l.get("type") == "eval"]
+    train = [l for l in lines if l.get("type") == "train"]
+    if not evals or evals[-1][0] != run.steps or not any(l.get("type") == "memory" for l in lines):
+        return None
+    middle = [l["step_seconds"] for l in train if 0.25 * run.steps <= l["step"] <= 0.95 * run.steps]
+    return {
+        "name": run.name, "stage": run.stage, "method": run.method, "point": run.point,
+        "corpus": run.corpus, "size": run.size, "seed": run.seed, "steps": run.steps,
+        "val_loss": evals[-1][1], "evals": evals,
+        "train": [[l["step"], round(l["loss"], 5)] for l in train if l["step"] % 50 == 0],
+        "median_step_seconds": statistics.median(middle) if middle else None,
+        "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(),
+    }
+
+
+def execute(runs, dqt, built_from, jobs, nice):
+    """Runs `runs` `jobs` at a time; appends each finished run's record as soon as it ends."""
+    pending, active = list(runs), []
+    RUN_ROOT.mkdir(parents=True, exist_ok=True)
+    RECORDS.parent.mkdir(parents=True, exist_ok=True)
+    while pending or active:
+        while pending and len(active) < jobs:
+            run = pending.pop(0)
+            out = RUN_ROOT / run.name
+            log = open(RUN_ROOT / f"{run.name}.log", "w")
+            command = ["nice", "-n", str(nice), dqt, "train", *run.flags(), "--out", str(out), "--overwrite"]
+            print(f"tune_grid: start {run.name}", flush=True)
+            active.append((run, out, subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log), time.time()))
+        time.sleep(2)
+        for entry in list(active):
+            run, out, process, started = entry
+            if process.poll() is None:
+                continue
+            active.remove(entry)
+            record = summarize(run, out, time.time() - started, built_from) if process.returncode == 0 else None
+            if record is None:
+                print(f"tune_grid: {run.name} failed (exit {process.returncode}): see {RUN_ROOT / run.name}.log",
+                      file=sys.stderr, flush=True)
+                continue
+            with open(RECORDS, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            (out / "checkpoint.dqt").unlink(missing_ok=True)
+            print(f"tune_grid: done  {run.name}: val {record['val_loss']:.4f}, "
+                  f"{record['median_step_seconds']:.3f} s/step", flush=True)
+
+
+def report(records):
+    """Markdown tables: the prune ranking, each method's best per corpus and size, the gaps."""
+    def rows(stage, **match):
+        return sorted((r for r in records.values() if r["stage"] == stage and
+                       all(r[k] == v for k, v in match.items())), key=lambda r: r["val_loss"])
+
+    print("### Prune stage (612 steps), val loss by method, best first\n")
+    print("| rank | " + " | ".join(METHODS) + " |\n|---|" + "---|" * len(METHODS))
+    ranked = {m: rows("prune", method=m) for m in METHODS}
+    for i in range(max((len(v) for v in ranked.values()), default=0)):
+        cells = [f"{ranked[m][i]['val_loss']:.4f} {point_name(ranked[m][i]['point'])}"
+                 if i < len(ranked[m]) else "" for m in METHODS]
+        print(f"| {i + 1} | " + " | ".join(cells) + " |")
+    print("\n### Best per corpus and size (seeds 1234 / 4321), median step time\n")
+    print("| corpus | size | method | settings | val loss | seed spread | s/step | vs bitnet's best |")
+    print("|---|---|---|---|---|---|---|---|")
+    chosen = {m: best_points(records, "full", m, 1) for m in METHODS}
+    for corpus, size in [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]:
+        best = {}
+        for m in METHODS:
+            seeds = [r for r in records.values() if r["stage"] != "prune" and r["method"] == m and
+                     r["corpus"] == corpus and r["size"] == size and [r["point"]] == chosen[m]]
+            if seeds:
+                best[m] = sorted(seeds, key=lambda r: r["seed"])
+        for m, seeds in best.items():
+            losses = [r["val_loss"] for r in seeds]
+            gap = ""
+            if "bitnet" in best:
+                bitnet_mean = statistics.mean(r["val_loss"] for r in best["bitnet"])
+                gap = f"{100 * (statistics.mean(losses) / bitnet_mean - 1):+.1f}%"
+            spread = f"{max(losses) - min(losses):.4f}" if len(losses) > 1 else "one seed"
+            step = statistics.median(r["median_step_seconds"] for r in seeds)
+            print(f"| {corpus} | {size} | {m} | {point_name(seeds[0]['point'])} | "
+                  f"{' / '.join(f'{l:.4f}' for l in losses)} | {spread} | {step:.3f} | {gap} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage", choices=["prune", "full", "transfer", "large", "all"], default="all")
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
+    parser.add_argument("--nice", type=int, default=0, help="niceness of the runs (0-19)")
+    parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
+    parser.add_argument("--plan", action="store_true", help="list the runs still to do and stop")
+    parser.add_argument("--report", action="store_true", help="print the result tables and stop")
+    args = parser.parse_args()
+    if args.report:
+        report(load_records())
+        return
+    if not pathlib.Path(args.dqt).is_file():
+        sys.exit(f"tune_grid: {args.dqt} missing: run scripts/setup.sh first")
+    for corpus, fetch in [("sotu", "fetch_corpus.sh"), ("brown", "fetch_brown.sh"), ("email", "fetch_email.sh")]:
+        folder = REPO / CORPORA[corpus]
+        if not folder.is_dir():
+            subprocess.run(["bash", str(REPO / "scripts" / fetch)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
+                            "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    dqt, built_from = frozen_binary(args.dqt)
+    stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
+    for stage in stages:
+        records = load_records()
+        runs = stage_runs(stage, records)
+        if isinstance(runs, str):
+            print(f"tune_grid: {runs}")
+            break
+        todo = [r for r in runs if r.name not in records]
+        print(f"tune_grid: stage {stage}: {len(runs) - len(todo)} of {len(runs)} runs recorded", flush=True)
+        if args.plan:
+            for run in todo:
+                print(f"  {run.name}")
+            continue
+        execute(todo, dqt, built_from, args.jobs, args.nice)
+
+
+if __name__ == "__main__":
+    main()
