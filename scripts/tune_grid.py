@@ -5,6 +5,7 @@
     python3 scripts/tune_grid.py --stage prune   only that stage (prune, full, transfer, large)
     python3 scripts/tune_grid.py --plan          list the runs each stage would start, and stop
     python3 scripts/tune_grid.py --report        the tables of docs/results.md from the records
+    python3 scripts/tune_grid.py --plot docs/img/tuning_grid.png     its figure (matplotlib)
 
 Stages (the reproduction setup of scripts/ternary_ablations.sh: dim 256, 4 layers, 8 x 256
 tokens a step, 2,450 steps = 5.02 M tokens, 131,072 evaluation tokens, one thread a run):
@@ -237,6 +238,41 @@ def report(records):
                   f"{' / '.join(f'{l:.4f}' for l in losses)} | {spread} | {step:.3f} | {gap} |")
 
 
+def plot(records, path):
+    """Left: every prune-stage point's val loss, by method, points ordered by lr then the rest of
+    the grid. Right: each method's best full-budget run, val loss against step (SOTU, base)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    points = grid_points()
+    labels = [point_name(p) for p in points]
+    for method in METHODS:
+        losses = {point_name(r["point"]): r["val_loss"] for r in records.values()
+                  if r["stage"] == "prune" and r["method"] == method}
+        xs = [i for i, label in enumerate(labels) if label in losses]
+        left.plot(xs, [losses[labels[i]] for i in xs], "o", label=method, alpha=0.8)
+        best = best_points(records, "full", method, 1)
+        run = [r for r in records.values() if r["stage"] == "full" and r["method"] == method
+               and [r["point"]] == best]
+        if run:
+            steps, values = zip(*run[0]["evals"])
+            right.plot(steps, values, label=f"{method} {point_name(run[0]['point'])}: {run[0]['val_loss']:.4f}")
+    left.set_xticks(range(len(labels)))
+    left.set_xticklabels(labels, rotation=90, fontsize=6)
+    left.set_ylabel(f"val loss after {PRUNE_STEPS} steps (nats/byte)")
+    left.set_title("prune stage: the same grid for every method")
+    left.legend()
+    right.set_xlabel("step")
+    right.set_ylabel("val loss (nats/byte)")
+    right.set_title(f"each method's best at the full budget ({FULL_STEPS} steps, SOTU)")
+    if right.lines:
+        right.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", choices=["prune", "full", "transfer", "large", "all"], default="all")
@@ -245,9 +281,13 @@ def main():
     parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
     parser.add_argument("--plan", action="store_true", help="list the runs still to do and stop")
     parser.add_argument("--report", action="store_true", help="print the result tables and stop")
+    parser.add_argument("--plot", metavar="PNG", help="draw the prune stage and the best curves (needs matplotlib)")
     args = parser.parse_args()
-    if args.report:
-        report(load_records())
+    if args.report or args.plot:
+        if args.report:
+            report(load_records())
+        if args.plot:
+            plot(load_records(), args.plot)
         return
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"tune_grid: {args.dqt} missing: run scripts/setup.sh first")

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "data_parallel/comm.h"
-#include "data_parallel/gradient_exchange.h"
-#include "data_parallel/pairwise_sum.h"
+#include "model/gradient_accumulator.h"
+#include "core/pairwise_sum.h"
 #include "data_parallel/shard_plan.h"
 #include "model/gradient_sink.h"
 #include "model/llama.h"
@@ -177,9 +177,9 @@ TEST(ShardedState, ASliceOfTheWholeStateCopiesItsElementsAndBlocks) {
     }
 }
 
-// On one rank the exchange must hand back exactly the pairwise sum of the leaves' gradients,
+// On one process the accumulator must hold exactly the pairwise sum of the leaves' gradients,
 // each computed alone into a zeroed GradientBuffer (the plain sink): tied and untied models.
-TEST(GradientExchange, OneRankSumsSeparateLeafGradientsPairwise) {
+TEST(GradientAccumulator, SumsSeparateLeafGradientsPairwise) {
     for (bool tied : {false, true}) {
         ModelConfig config;
         config.dim = 32;
@@ -216,17 +216,17 @@ TEST(GradientExchange, OneRankSumsSeparateLeafGradientsPairwise) {
         Vector expected(model.layout.total);
         for (size_t i = 0; i < expected.size(); ++i) expected[i] = (g[0][i] + g[1][i]) + (g[2][i] + g[3][i]);
 
-        const ShardPlan plan = make_shard_plan(model.layout, method.grid, 1);
-        GradientExchange exchange(model, plan, self_group(), leaves);
+        GradientAccumulator accumulator(model, 0, leaves);
         for (int leaf = 0; leaf < leaves; ++leaf) {
-            exchange.begin_leaf(leaf);
+            accumulator.begin_leaf(leaf);
             fill(leaf);
             model_forward(model, acts, true);
-            model_backward(model, acts, grad_scale, exchange);
+            model_backward(model, acts, grad_scale, accumulator);
         }
-        const float* got = exchange.reduce();
-        EXPECT_EQ(std::memcmp(got, expected.data(), expected.size() * sizeof(float)), 0) << "tied " << tied;
-        EXPECT_EQ(exchange.global_norm(), std::sqrt(sum_of_squares(expected.data(), expected.size())));
+        accumulator.check_complete();
+        accumulator.fold(0, model.layout.total);
+        EXPECT_EQ(std::memcmp(accumulator.slot(0), expected.data(), expected.size() * sizeof(float)), 0)
+            << "tied " << tied;
     }
 }
 

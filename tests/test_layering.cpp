@@ -2,7 +2,7 @@
 // folder or one its library lists in USES (CMakeLists.txt's dqt_module lines, which CMake writes
 // to DQT_LAYERING_FILE). The include roots of the build already keep most reversed includes
 // from compiling; this test names the forbidden edge, and also catches a folder reached only
-// through another one's PUBLIC link (infer/ including optim/, which infer's data_parallel/ uses).
+// through another one's PUBLIC link (data_parallel/ including io/, which its data/ uses).
 #include <gtest/gtest.h>
 
 #include <algorithm>

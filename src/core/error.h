@@ -40,7 +40,9 @@ inline std::string format_number(double value) {
     return text;
 }
 
-// Throws dqt::Error(message) when condition is false. For input validation, not internal bugs.
+// Throws dqt::Error(message) when condition is false: for bad input, and for an invariant the
+// code relies on, whose message then starts "internal error: " and names it (a one-line report
+// a user can pass on, not a crash).
 inline void require(bool condition, const std::string& message) {
     if (!condition) throw Error(message);
 }

@@ -5,8 +5,9 @@
 // optimizer step s (g = global index within the step, counting over micro-steps: micro-step m
 // of B sequences holds g in [m*B, (m+1)*B)) starts at
 //     random_u64(seed, kStreamBatch, s, g) % (token_count - seq)
-// so a data-parallel rank r of N can draw exactly its slice [r*B/N, (r+1)*B/N) of the same
-// global batch with sample_sequences. Targets are the inputs shifted by one token.
+// so a data-parallel rank, which runs whole micro-steps (rank r of N: micro-steps
+// [r*k, (r+1)*k) of the step's N*k), draws exactly its sequences of the same global batch with
+// sample_sequences. Targets are the inputs shifted by one token.
 //
 // Evaluation: contiguous, non-overlapping windows from the start of the shard.
 #include <cstddef>

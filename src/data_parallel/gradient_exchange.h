@@ -1,17 +1,16 @@
 #pragma once
-// The gradient side of a data-parallel step (ZeRO-1). Each rank runs the backward pass of its
-// leaves (micro-batches [rank * k, (rank + 1) * k) of the step's M = N * k) into this sink:
-//  - every leaf's gradient starts from zero in its own stack slot, and the pairwise merges of
-//    data_parallel/pairwise_sum.h run piece by piece as each piece is released;
-//  - when the last leaf releases a piece, the piece is final on this rank: its parts that other
-//    ranks own go out at once (one nonblocking MPI_Ialltoallw per gradient piece: the bucket),
-//    overlapping the rest of the backward pass;
+// The gradient transport of a data-parallel step (ZeRO-1). Each rank accumulates the gradient
+// of its leaves (micro-batches [rank * k, (rank + 1) * k) of the step's M = N * k) in a
+// GradientAccumulator (model/gradient_accumulator.h), which tells this exchange of each piece
+// as soon as it is final on this rank:
+//  - the piece's parts that other ranks own go out at once (one nonblocking MPI_Ialltoallw per
+//    gradient piece: the bucket), overlapping the rest of the backward pass;
 //  - reduce() waits, then sums this rank's shard over every rank's blocks in the fixed order:
-//    a reduce-scatter whose result has the same bits for any number of ranks.
-// With one rank nothing is sent and the sum is the plain gradient of the step.
+//    a reduce-scatter whose result has the same bits as one process's accumulated gradient.
+// A single-process step uses the accumulator alone and never builds an exchange.
 //
-// With compression (--compress-gradients 8 or 4, more than one rank) the last leaf's piece is
-// first folded into slot 0 on this rank; each other rank's part of it goes out block-quantized
+// With compression (--compress-gradients 8 or 4) the last leaf's piece is first folded into
+// slot 0 on this rank; each other rank's part of it goes out block-quantized
 // (data_parallel/wire_quantizer.h) with error feedback: what the wire does not carry stays in
 // this rank's residual and is added to the next step's part. The owner decodes one part per
 // rank and sums them in rank order: the same bits run to run for a fixed rank count (not across
@@ -22,29 +21,27 @@
 
 #include "core/memory.h"
 #include "data_parallel/comm.h"
-#include "data_parallel/pairwise_sum.h"
+#include "core/pairwise_sum.h"
 #include "data_parallel/shard_plan.h"
-#include "model/gradient_sink.h"
+#include "model/gradient_accumulator.h"
 #include "model/parameters.h"
 
 namespace dqt {
 
-class GradientExchange : public GradientSink {
+class GradientExchange {
 public:
-    // compress_bits: 0 (fp32), 8 or 4.
-    GradientExchange(const ModelParameters& model, const ShardPlan& plan, Communicator& comm, int leaves_per_rank,
-                     int compress_bits = 0);
+    // Listens to `accumulator` (this rank's leaves_per_rank leaves) for final pieces, on more
+    // than one rank. compress_bits: 0 (fp32), 8 or 4.
+    GradientExchange(const ModelParameters& model, GradientAccumulator& accumulator, const ShardPlan& plan,
+                     Communicator& comm, int leaves_per_rank, int compress_bits = 0);
 
-    // Before the backward pass of local leaf `leaf` (0 .. leaves_per_rank - 1).
-    void begin_leaf(int leaf);
-    float* acquire(const ParamTensor& tensor, int row_begin, int row_end) override;
-    void release(const ParamTensor& tensor, int row_begin, int row_end) override;
+    // Before the step's first leaf.
+    void begin_step();
     // After the last leaf: the step's summed gradient of this rank's shard, flat positions
     // [plan.begin(rank), plan.end(rank)).
     float* reduce();
     // L2 norm of the whole step's gradient (every shard), the same bits for any rank count.
     double global_norm();
-    void scale(float factor);
     // Seconds the last reduce() waited for transfers: what the backward pass did not hide.
     double last_wait_seconds() const { return wait_seconds_; }
 
@@ -55,35 +52,20 @@ public:
     void drop_residual();
 
 private:
-    struct Piece {
-        size_t begin, end;  // flat positions
-        int visits;         // acquire/release pairs per leaf (the tied embedding gets two)
-    };
-    struct LeafPlan {
-        int slot;                               // stack slot the leaf's gradient starts in
-        std::vector<std::pair<int, int>> merges;  // (lower, upper) slots, after the leaf
-    };
-    int piece_index(const ParamTensor& tensor, int row_begin) const;
-    void exchange_final_piece(const Piece& piece);
-    void exchange_compressed_piece(const Piece& piece);
+    void exchange_final_piece(size_t begin, size_t end);
+    void exchange_compressed_piece(size_t begin, size_t end);
     float* reduce_compressed();
     // Where flat position `position` (outside this rank's shard) lives in residual_.
     float* residual_at(size_t position) const {
         return residual_.data() + (position < shard_begin_ ? position : position - (shard_end_ - shard_begin_));
     }
-    float* slot_data(int slot) const { return slots_.data() + static_cast<size_t>(slot) * total_; }
 
+    GradientAccumulator& accumulator_;
     const ShardPlan& plan_;
     Communicator& comm_;
-    int rank_, leaves_per_rank_;
+    int rank_;
     size_t shard_begin_, shard_end_;
-    std::vector<Piece> pieces_;
-    std::vector<int> first_piece_;  // (tensors) index of each tensor's first piece
-    std::vector<int> piece_rows_;   // (tensors) rows per piece
-    std::vector<LeafPlan> leaves_;
-    std::vector<LeafBlock> final_blocks_;  // this rank's blocks after its last leaf, in slots 0, 1, ...
-    size_t total_ = 0;                     // layout.total
-    Array<float> slots_;                   // (slots, layout.total) category gradients
+    size_t total_ = 0;  // layout.total
     // Other ranks' blocks of this rank's shard: one (shard size) region per (rank, block), in
     // rank and block order; received_from_ names each region's rank, first_region_ (ranks)
     // each rank's first region.
@@ -93,8 +75,6 @@ private:
     // Every rank's blocks in leaf order, and where this rank's shard of each lives.
     std::vector<LeafBlock> shard_blocks_;
     std::vector<float*> shard_parts_;
-    int leaf_ = 0;
-    std::vector<int> acquired_, released_;  // (pieces) visits in the current leaf
     float* shard_gradient_ = nullptr;
     double wait_seconds_ = 0.0;
 

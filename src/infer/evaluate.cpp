@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <string>
 
 #include "core/error.h"
 #include "data/batch.h"
@@ -18,44 +18,50 @@ constexpr int kEvalChunkTokens = 128;
 
 }  // namespace
 
-EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens,
-                    Communicator& comm) {
+size_t evaluation_windows(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens) {
     require(window > 0 && window <= model.config.seq_len,
             "evaluation windows of " + std::to_string(window) + " tokens do not fit the model's context of " +
                 std::to_string(model.config.seq_len));
     const size_t windows = eval_window_count(shard, window, static_cast<size_t>(max_tokens));
     require(windows > 0, "validation split has too few tokens for one window of " + std::to_string(window) +
                              " tokens: use a larger corpus or a smaller --seq-len");
-    const size_t ranks = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
+    return windows;
+}
+
+std::vector<double> window_losses(const InferenceModel& model, const Shard& shard, int window, size_t windows,
+                                  size_t first, size_t stride) {
     InferenceSession session(model, window);
     std::vector<int32_t> tokens(static_cast<size_t>(window)), targets(static_cast<size_t>(window));
-    std::vector<double> losses;  // of this rank's windows
-    for (size_t index = rank; index < windows; index += ranks) {
+    std::vector<double> losses;
+    for (size_t index = first; index < windows; index += stride) {
         eval_window(shard, index, window, tokens.data(), targets.data());
         session.reset();
         double loss = 0.0;
-        for (int first = 0; first < window; first += kEvalChunkTokens) {
-            const int count = std::min(kEvalChunkTokens, window - first);
-            const float* logits = session.run(tokens.data() + first, count, LogitRows::all);
-            loss += cross_entropy_forward_backward(nullptr, logits, targets.data() + first, count,
+        for (int begin = 0; begin < window; begin += kEvalChunkTokens) {
+            const int count = std::min(kEvalChunkTokens, window - begin);
+            const float* logits = session.run(tokens.data() + begin, count, LogitRows::all);
+            loss += cross_entropy_forward_backward(nullptr, logits, targets.data() + begin, count,
                                                    model.config.vocab_size, 0.0f);
         }
         losses.push_back(loss);
     }
-    // Rank r's losses are those of windows r, r + N, ...: put them back in window order.
-    std::vector<int> counts;
-    for (size_t r = 0; r < ranks; ++r) counts.push_back(static_cast<int>((windows + ranks - 1 - r) / ranks));
-    const std::vector<double> all = comm.allgather(losses, counts);
-    std::vector<size_t> rank_start(ranks, 0);
-    for (size_t r = 1; r < ranks; ++r) rank_start[r] = rank_start[r - 1] + static_cast<size_t>(counts[r - 1]);
-    double loss_sum = 0.0;
-    for (size_t index = 0; index < windows; ++index) loss_sum += all[rank_start[index % ranks] + index / ranks];
+    return losses;
+}
+
+EvalResult evaluation_result(const Shard& shard, int window, size_t windows, double loss_sum) {
     EvalResult result;
     result.tokens = static_cast<int64_t>(windows) * window;
     result.loss = loss_sum / static_cast<double>(result.tokens);
     const double bytes_per_token = static_cast<double>(shard.source_bytes()) / static_cast<double>(shard.token_count());
     result.bits_per_byte = result.loss / std::log(2.0) / bytes_per_token;
     return result;
+}
+
+EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens) {
+    const size_t windows = evaluation_windows(model, shard, window, max_tokens);
+    double loss_sum = 0.0;
+    for (const double loss : window_losses(model, shard, window, windows, 0, 1)) loss_sum += loss;
+    return evaluation_result(shard, window, windows, loss_sum);
 }
 
 }  // namespace dqt

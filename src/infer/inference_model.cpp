@@ -60,15 +60,6 @@ InferenceEmbedding make_embedding(const ModelParameters& source, const ParamTens
 
 }  // namespace
 
-const char* linear_format_name(LinearFormat format) {
-    switch (format) {
-        case LinearFormat::dense: return "dense";
-        case LinearFormat::ternary: return "ternary";
-        case LinearFormat::int8: return "int8";
-    }
-    return "?";
-}
-
 size_t InferenceLinear::weight_bytes() const {
     switch (format) {
         case LinearFormat::dense: return static_cast<size_t>(rows) * cols * sizeof(float);

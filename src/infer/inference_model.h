@@ -21,7 +21,6 @@
 namespace dqt {
 
 enum class LinearFormat { dense, ternary, int8 };
-const char* linear_format_name(LinearFormat format);
 
 struct InferenceLinear {
     LinearFormat format = LinearFormat::dense;

@@ -3,8 +3,8 @@
 // rows in pieces (gradient_piece_rows: the whole tensor, except the embedding and the lm_head,
 // which go in slices no larger than the largest block linear) and, per piece, calls acquire,
 // accumulates that piece's gradient of this micro-batch into the buffer it got, and calls
-// release: the piece's gradient is then complete. A sink may keep every gradient (the
-// data-parallel exchange, data_parallel/gradient_exchange.h; the tests' GradientBuffer) or update the
+// release: the piece's gradient is then complete. A sink may keep every gradient (a step's
+// GradientAccumulator, model/gradient_accumulator.h; the tests' GradientBuffer) or update the
 // weights at once and drop it (optim/fused_update.h).
 #include <cstddef>
 #include <vector>

@@ -61,8 +61,8 @@ TrainingPosition load_training_state(const std::string& path, ModelParameters& m
 // Restores one rank's part of a CommunicationState (resume), into buffers that exist only when
 // the run compresses: `residual` (rank `rank` of `ranks`; each rank r's residual holds
 // layout.total minus its shard's size) when the checkpoint's residuals come from `ranks` ranks,
-// and `master`, the shard starting at value `master_first`, when exact values are stored (else
-// it keeps what it holds: the loaded values). Returns false when residuals were wanted but the
+// and `master`, rank `rank`'s shard of the fp32 values (from plan.value_cut[rank]), when exact
+// values are stored (else it keeps what it holds: the loaded values). Returns false when residuals were wanted but the
 // checkpoint holds none for this rank count: they stay zero.
 bool load_communication_state(const std::string& path, const ShardPlan& plan, int rank, Array<float>* residual,
                               Array<float>* master);

@@ -16,9 +16,9 @@
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data_parallel/comm.h"
+#include "data_parallel/evaluate_ranks.h"
 #include "data_parallel/shard_plan.h"
 #include "data_parallel/sharded_state.h"
-#include "infer/evaluate.h"
 #include "io/atomic_file.h"
 #include "io/folder_lock.h"
 #include "model/llama.h"
@@ -353,7 +353,7 @@ private:
     EvalResult evaluate(int step) {
         // Built anew from the current weights; fp32 tensors are read in place, not copied.
         const InferenceModel inference(model_, WeightSource::borrow);
-        const EvalResult result = dqt::evaluate(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
+        const EvalResult result = evaluate_across_ranks(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
         if (metrics_) {
             metrics_->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
                               {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});

@@ -6,6 +6,15 @@
 
 namespace dqt {
 
+namespace {
+
+void scale_in_place(float* x, size_t count, float factor) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) x[i] *= factor;
+}
+
+}  // namespace
+
 TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
                            bool fused_update, uint64_t seed, int micro_batches, Communicator& comm,
                            const ShardPlan& plan, CommCompression compression)
@@ -29,8 +38,11 @@ TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const 
         fused_.emplace(model, state, adam, seed);
         return;
     }
-    exchange_.emplace(model, plan, comm, micro_batches / comm.size(), compression.gradient_bits);
-    if (compression.weight_bits != 0 && comm.size() > 1) weight_gather_.emplace(model, plan, comm, compression.weight_bits);
+    const int leaves = micro_batches / comm.size();
+    accumulator_.emplace(model, comm.rank() * leaves, leaves);
+    if (comm.size() == 1) return;
+    exchange_.emplace(model, *accumulator_, plan, comm, leaves, compression.gradient_bits);
+    if (compression.weight_bits != 0) weight_gather_.emplace(model, plan, comm, compression.weight_bits);
 }
 
 Array<float>* TrainingStep::gradient_residual() {
@@ -66,31 +78,50 @@ TrainingStep::Result TrainingStep::run_fused(Activations& acts, float grad_scale
 TrainingStep::Result TrainingStep::run_unfused(Activations& acts, float grad_scale, float lr, int64_t t,
                                                const std::function<void(int)>& fill) {
     const int leaves = micro_batches_ / comm_.size();
+    if (exchange_) exchange_->begin_step();
     std::vector<double> losses;  // (leaves) of this rank
     for (int leaf = 0; leaf < leaves; ++leaf) {
-        exchange_->begin_leaf(leaf);
+        accumulator_->begin_leaf(leaf);
         fill(comm_.rank() * leaves + leaf);
         losses.push_back(model_forward(model_, acts, true));
-        model_backward(model_, acts, grad_scale, *exchange_);
+        model_backward(model_, acts, grad_scale, *accumulator_);
     }
     Result result;
-    // Summed in micro-batch order, as one rank would.
-    for (double loss : comm_.allgather(losses, std::vector<int>(static_cast<size_t>(comm_.size()), leaves))) {
-        result.loss_sum += loss;
+    // The step's gradient of the positions this process updates, [begin, end) of the flat order.
+    float* gradient = nullptr;
+    size_t begin = 0, end = model_.layout.total;
+    if (exchange_) {
+        // Summed in micro-batch order, as one process would.
+        for (double loss : comm_.allgather(losses, std::vector<int>(static_cast<size_t>(comm_.size()), leaves))) {
+            result.loss_sum += loss;
+        }
+        gradient = exchange_->reduce();
+        result.exchange_wait_seconds = exchange_->last_wait_seconds();
+        result.grad_norm = exchange_->global_norm();
+        begin = plan_.begin(comm_.rank());
+        end = plan_.end(comm_.rank());
+    } else {
+        for (double loss : losses) result.loss_sum += loss;
+        accumulator_->check_complete();
+        accumulator_->fold(begin, end);
+        gradient = accumulator_->slot(0);
+        result.grad_norm = std::sqrt(sum_of_squares(gradient, end - begin));
     }
-    float* gradient = exchange_->reduce();
-    result.exchange_wait_seconds = exchange_->last_wait_seconds();
-    result.grad_norm = exchange_->global_norm();
     if (skip_nonfinite && !(std::isfinite(result.loss_sum) && std::isfinite(result.grad_norm))) {
         result.skipped = true;
-        exchange_->drop_residual();  // it may hold the non-finite values
+        if (exchange_) exchange_->drop_residual();  // it may hold the non-finite values
         return result;
     }
     const float factor = clip_factor(result.grad_norm, grad_clip_);
-    if (factor != 1.0f) exchange_->scale(factor);
-    const int rank = comm_.rank();
+    if (factor != 1.0f) scale_in_place(gradient, end - begin, factor);
+    if (!exchange_) {
+        optimizer_step_range(model_, gradient, begin, end, state_, adam_, lr, t, seed_, [](std::vector<ExactSum>&) {});
+        return result;
+    }
+    // Each rank updated its shard: the learned scales' gradient sums go over every rank, then
+    // the new weights are all-gathered.
     if (weight_gather_) weight_gather_->begin_update();
-    optimizer_step_range(model_, gradient, plan_.begin(rank), plan_.end(rank), state_, adam_, lr, t, seed_,
+    optimizer_step_range(model_, gradient, begin, end, state_, adam_, lr, t, seed_,
                          [this](std::vector<ExactSum>& dots) { comm_.sum_exact(dots); });
     if (weight_gather_) {
         weight_gather_->finish_update();

@@ -3,12 +3,14 @@
 // update of every weight, either from the step's gradient after the backward pass or fused
 // into it (optim/fused_update.h). Shared by the training loop and the benchmarks.
 //
-// Unfused steps run data-parallel over the ranks of `comm` (one rank: the same code, nothing
-// sent): rank r runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the
-// gradients are reduce-scattered in a fixed order (data_parallel/gradient_exchange.h), each rank
-// updates the elements it owns (data_parallel/shard_plan.h) and all-gathers the new weights: integer
-// codes for dqt tensors, fp32 for the rest. `compression` sends the gradients, or the new fp32
-// values as differences, block-quantized (data_parallel/compression.h).
+// An unfused step accumulates the gradients of its micro-batches in a fixed pairwise order
+// (model/gradient_accumulator.h); on one process it then clips and updates every weight, and
+// calls no transfer code. Under mpirun it runs data-parallel over the ranks of `comm`: rank r
+// runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the gradients are
+// reduce-scattered in the same order (data_parallel/gradient_exchange.h), each rank updates the
+// elements it owns (data_parallel/shard_plan.h) and all-gathers the new weights: integer codes
+// for dqt tensors, fp32 for the rest, the same bits as one process. `compression` sends the
+// gradients, or the new fp32 values as differences, block-quantized (data_parallel/compression.h).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -61,7 +63,7 @@ public:
 
 private:
     Result run_fused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
-    // Gradients into a GradientExchange (one rank: a plain buffer), then the optimizer.
+    // Gradients into the accumulator (and, on several ranks, the exchange), then the optimizer.
     Result run_unfused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
 
     ModelParameters& model_;
@@ -72,7 +74,8 @@ private:
     int micro_batches_;
     Communicator& comm_;
     const ShardPlan& plan_;
-    std::optional<GradientExchange> exchange_;  // unfused only
+    std::optional<GradientAccumulator> accumulator_;  // unfused only
+    std::optional<GradientExchange> exchange_;        // unfused on more than one rank
     std::optional<FusedUpdater> fused_;         // fused only
     std::optional<CompressedWeightGather> weight_gather_;  // with compressed weights on > 1 rank
 };
