@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -143,32 +145,37 @@ std::vector<uint8_t> SafetensorsReader::read_bytes(const Entry& found) const {
 
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
     const Entry& found = entry(name);
+    const std::string& dtype = found.dtype;
+    require(dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16",
+            "safetensors file " + path_ + ": tensor " + quote_untrusted(name) + " has dtype " + dtype +
+                ", not a floating-point one");
     const std::vector<uint8_t> bytes = read_bytes(found);
-    const size_t count = bytes.size() / element_bytes(found.dtype);
+    const size_t count = bytes.size() / element_bytes(dtype);
     std::vector<float> out(count);
-    if (found.dtype == "F32") {
+    if (count == 0) return out;  // no copy from an empty vector's null data
+    if (dtype == "F32") {
         std::memcpy(out.data(), bytes.data(), bytes.size());
-    } else if (found.dtype == "F64") {
+    } else if (dtype == "F64") {
         for (size_t i = 0; i < count; ++i) {
             double value;
             std::memcpy(&value, bytes.data() + 8 * i, 8);
-            out[i] = static_cast<float>(value);
+            // Beyond fp32's range a cast is undefined: such values become infinities, as IEEE rounds them.
+            constexpr float kInfinity = std::numeric_limits<float>::infinity();
+            out[i] = std::fabs(value) > std::numeric_limits<float>::max() ? (value > 0 ? kInfinity : -kInfinity)
+                                                                         : static_cast<float>(value);
         }
-    } else if (found.dtype == "F16") {
+    } else if (dtype == "F16") {
         for (size_t i = 0; i < count; ++i) {
             Float16 value;
             std::memcpy(&value, bytes.data() + 2 * i, 2);
             out[i] = static_cast<float>(value);
         }
-    } else if (found.dtype == "BF16") {
+    } else {  // BF16: the top half of an fp32
         for (size_t i = 0; i < count; ++i) {
             uint16_t value;
             std::memcpy(&value, bytes.data() + 2 * i, 2);
             out[i] = std::bit_cast<float>(static_cast<uint32_t>(value) << 16);
         }
-    } else {
-        throw Error("safetensors file " + path_ + ": tensor " + quote_untrusted(name) + " has dtype " + found.dtype +
-                    ", not a floating-point one");
     }
     return out;
 }
@@ -179,7 +186,7 @@ std::vector<int32_t> SafetensorsReader::read_i32(const std::string& name) const 
                                       found.dtype + ", expected I32");
     const std::vector<uint8_t> bytes = read_bytes(found);
     std::vector<int32_t> out(bytes.size() / 4);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;
 }
 

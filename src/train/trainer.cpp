@@ -17,8 +17,6 @@
 #include "data/dataset.h"
 #include "data_parallel/comm.h"
 #include "data_parallel/evaluate_ranks.h"
-#include "data_parallel/shard_plan.h"
-#include "data_parallel/sharded_state.h"
 #include "io/atomic_file.h"
 #include "io/folder_lock.h"
 #include "model/llama.h"
@@ -29,7 +27,7 @@
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
 #include "train/progress.h"
-#include "train/training_step.h"
+#include "train/training_state.h"
 
 namespace dqt {
 
@@ -165,38 +163,18 @@ public:
           comm_(world()),
           writer_(comm_.is_root()),
           ranks_(comm_.size()),
-          model_(options_.model, options_.method),
-          plan_(make_shard_plan(model_.layout, options_.method.grid, ranks_)),
-          adam_(model_.layout, options_.optim_state, plan_.owned_by(model_.layout, comm_.rank())),
+          state_(options_, *data_.tokenizer, checkpoint_path, control.resume, control.async_checkpoint, comm_),
           schedule_{options_.lr, options_.warmup_steps, options_.steps, options_.min_lr_ratio},
           out_(control.quiet || !writer_ ? nullptr : stderr),
           progress_(out_ ? out_ : stderr, control.interactive, options_.log_every) {
-        if (control.resume) {
-            position_ = load_training_state(checkpoint_path_, model_, adam_);
-        } else {
-            model_.initialize(options_.seed);
-            if (writer_) write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
-        }
-        if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, position_.step);
-        if (control.code_stats_every > 0 && writer_) code_dynamics_.emplace(model_, control.code_stats_every);
-        training_step_.emplace(model_, adam_, options_.adam, options_.grad_clip, options_.fused_update, options_.seed,
-                               options_.grad_accum, comm_, plan_, options_.compression);
-        if (control.resume &&
-            !load_communication_state(checkpoint_path_, plan_, comm_.rank(), training_step_->gradient_residual(),
-                                      training_step_->weight_master())) {
-            residual_note_ = "the checkpoint holds no gradient residuals of " + std::to_string(ranks_) +
-                             " ranks (it was saved by another rank count): error feedback starts from zero";
-        }
-        training_step_->previous_grad_norm = position_.previous_grad_norm;
-        training_step_->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
-        require(!training_step_->skip_nonfinite || !options_.fused_update,
+        if (!control.resume && writer_)
+            write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
+        if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, state_.position.step);
+        if (control.code_stats_every > 0 && writer_) code_dynamics_.emplace(state_.model, control.code_stats_every);
+        state_.step->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
+        require(!state_.step->skip_nonfinite || !options_.fused_update,
                 "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
                 "pass, before the loss is known");
-        if (control.async_checkpoint && writer_) {
-            // With N ranks rank 0 writes the gathered whole state, N times its shard: the first
-            // checkpoint then allocates the rest of the copy.
-            reserve_training_checkpoint(background_writer_, options_, model_, adam_, *data_.tokenizer);
-        }
     }
 
     TrainReport train() {
@@ -204,7 +182,7 @@ public:
         Activations acts(options_.model, options_.batch, options_.model.seq_len);
         InterruptGuard interrupt_guard;
         TrainReport report;
-        const int start_step = position_.step;
+        const int start_step = state_.position.step;
         const auto start = Clock::now();
         int step = start_step;
         bool interrupted = false;
@@ -225,7 +203,7 @@ public:
             if ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) || stop_now) save(step);
             if (stop_now && step < options_.steps) {
                 interrupted = true;
-                wait_for_checkpoint();
+                state_.wait_for_checkpoint();
                 say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path_ +
                     " (continue with --resume)");
                 break;
@@ -254,10 +232,10 @@ private:
     }
 
     void announce() {
-        if (position_.step > 0) {
-            say("resuming " + options_.out_dir + " at step " + std::to_string(position_.step) + "/" +
+        if (state_.position.step > 0) {
+            say("resuming " + options_.out_dir + " at step " + std::to_string(state_.position.step) + "/" +
                 std::to_string(options_.steps));
-            if (!residual_note_.empty()) say(residual_note_);
+            if (!state_.residual_note.empty()) say(state_.residual_note);
             return;
         }
         say("training " + std::to_string(options_.model.parameter_count()) + " parameters with " +
@@ -265,7 +243,7 @@ private:
             std::to_string(options_.steps) + " steps -> " + options_.out_dir);
         const std::string sharding =
             ranks_ > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks_) + " ranks" : "";
-        say(adam_.describe(model_.layout) + sharding +
+        say(state_.optimizer.describe(state_.model.layout) + sharding +
             (options_.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
         if (ranks_ > 1) {
             const CommCompression& compression = options_.compression;
@@ -290,7 +268,7 @@ private:
         StepOutcome outcome;
         outcome.lr = schedule_.at(step);
         const float grad_scale = 1.0f / static_cast<float>(options_.tokens_per_step());
-        outcome.result = training_step_->run(acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
+        outcome.result = state_.step->run(acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
             sample_sequences(data_.train, options_.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(micro) * B,
                              B, T, acts.tokens.data(), acts.targets.data());
         });
@@ -342,7 +320,7 @@ private:
                               {"exchange_wait_seconds", result.exchange_wait_seconds}});
         }
         nlohmann::json code_record;
-        if (code_dynamics_ && code_dynamics_->after_step(model_, step, code_record) && metrics_)
+        if (code_dynamics_ && code_dynamics_->after_step(state_.model, step, code_record) && metrics_)
             metrics_->append(code_record);
         if (out_) {
             progress_.update({step, options_.steps, outcome.loss, tokens_per_second, outcome.lr,
@@ -352,7 +330,7 @@ private:
 
     EvalResult evaluate(int step) {
         // Built anew from the current weights; fp32 tensors are read in place, not copied.
-        const InferenceModel inference(model_, WeightSource::borrow);
+        const InferenceModel inference(state_.model, WeightSource::borrow);
         const EvalResult result = evaluate_across_ranks(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
         if (metrics_) {
             metrics_->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
@@ -369,34 +347,8 @@ private:
     // copy of the state that a background thread then writes (metrics.jsonl: "checkpoint").
     void save(int step) {
         const auto start = Clock::now();
-        const TrainingPosition here{step, training_step_->previous_grad_norm};
-        std::optional<OptimizerState> whole;
-        if (ranks_ > 1) {
-            // The whole optimizer state, so that any number of ranks can resume.
-            whole = gather_optimizer_state(model_.layout, plan_, comm_, adam_);
-        }
-        // Rank 0: what compressed transfers carry, gathered (scratch while the checkpoint is written).
-        CommunicationState communication;
-        Array<float> residuals, master;
-        if (const Array<float>* mine = training_step_->gradient_residual()) {
-            std::vector<size_t> cut = {0};  // every rank's residual, in rank order
-            for (int r = 0; r < ranks_; ++r) cut.push_back(cut.back() + plan_.outside(r));
-            residuals = gather_float_shards(comm_, *mine, cut);
-            communication = {ranks_, residuals.data(), cut.back(), nullptr};
-        }
-        if (const Array<float>* mine = training_step_->weight_master()) {
-            master = gather_float_shards(comm_, *mine, plan_.value_cut);
-            communication.weight_master = master.data();
-        }
-        if (writer_) {
-            const OptimizerState& state = whole ? *whole : adam_;
-            if (control_.async_checkpoint) {
-                start_training_checkpoint(background_writer_, checkpoint_path_, options_, here, model_, state,
-                                          *data_.tokenizer, communication);
-            } else {
-                save_training_checkpoint(checkpoint_path_, options_, here, model_, state, *data_.tokenizer,
-                                         communication);
-            }
+        state_.save(step);
+        if (metrics_) {
             metrics_->append({{"type", "checkpoint"},
                               {"step", step},
                               {"write", control_.async_checkpoint ? "background" : "in the loop"},
@@ -404,20 +356,17 @@ private:
         }
     }
 
-    // Returns when the last checkpoint is on disk (a background write's failure is thrown).
-    void wait_for_checkpoint() { background_writer_.wait(); }
-
     // The end of a run that was not interrupted: evaluation, last checkpoint, memory report.
     void finish(int step, TrainReport& report) {
         const EvalResult result = evaluate(step);
         report.val_loss = result.loss;
         report.val_bits_per_byte = result.bits_per_byte;
         if (options_.checkpoint_every == 0 || step % options_.checkpoint_every != 0) save(step);
-        wait_for_checkpoint();
+        state_.wait_for_checkpoint();
         const int64_t parameters = options_.model.parameter_count();
         nlohmann::json memory = memory_report_json(parameters);  // of rank 0's process
         memory["step"] = step;
-        memory["optimizer_state"] = adam_.describe(model_.layout);
+        memory["optimizer_state"] = state_.optimizer.describe(state_.model.layout);
         memory["fused_update"] = options_.fused_update;
         memory["threads"] = num_threads();  // per rank; tokens/s depends on it, the losses do not
         memory["ranks"] = ranks_;
@@ -436,18 +385,12 @@ private:
     Communicator& comm_;
     const bool writer_;  // rank 0: writes files and prints
     const int ranks_;
-    ModelParameters model_;
-    const ShardPlan plan_;
-    OptimizerState adam_;
+    TrainingState state_;
     const LrSchedule schedule_;
-    TrainingPosition position_;
     std::optional<MetricsLog> metrics_;
     std::optional<CodeDynamics> code_dynamics_;
-    std::optional<TrainingStep> training_step_;  // built after the weights are loaded
-    FILE* out_;                                  // progress output; null when quiet or not rank 0
+    FILE* out_;  // progress output; null when quiet or not rank 0
     ProgressDisplay progress_;
-    BackgroundCheckpointWriter background_writer_;  // used with --async-checkpoint
-    std::string residual_note_;  // said on resume when the gradient residuals could not be restored
 };
 
 }  // namespace

@@ -1,0 +1,71 @@
+#include "train/training_state.h"
+
+#include <vector>
+
+#include "data_parallel/sharded_state.h"
+
+namespace dqt {
+
+TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& tokenizer,
+                             const std::string& checkpoint_path, bool resume, bool async_checkpoint,
+                             Communicator& comm)
+    : model(options.model, options.method),
+      plan(make_shard_plan(model.layout, options.method.grid, comm.size())),
+      optimizer(model.layout, options.optim_state, plan.owned_by(model.layout, comm.rank())),
+      options_(options),
+      tokenizer_(tokenizer),
+      checkpoint_path_(checkpoint_path),
+      async_checkpoint_(async_checkpoint),
+      comm_(comm) {
+    if (resume) {
+        position = load_training_state(checkpoint_path, model, optimizer);
+    } else {
+        model.initialize(options.seed);
+    }
+    step.emplace(model, optimizer, options.adam, options.grad_clip, options.fused_update, options.seed,
+                 options.grad_accum, comm, plan, options.compression);
+    if (resume &&
+        !load_communication_state(checkpoint_path, plan, comm.rank(), step->gradient_residual(), step->weight_master())) {
+        residual_note = "the checkpoint holds no gradient residuals of " + std::to_string(comm.size()) +
+                        " ranks (it was saved by another rank count): error feedback starts from zero";
+    }
+    step->previous_grad_norm = position.previous_grad_norm;
+    if (async_checkpoint && comm.is_root()) {
+        // With N ranks rank 0 writes the gathered whole state, N times its shard: the first
+        // checkpoint then allocates the rest of the copy.
+        reserve_training_checkpoint(background_writer_, options, model, optimizer, tokenizer);
+    }
+}
+
+void TrainingState::save(int done) {
+    const int ranks = comm_.size();
+    const TrainingPosition here{done, step->previous_grad_norm};
+    std::optional<OptimizerState> whole;
+    if (ranks > 1) {
+        // The whole optimizer state, so that any number of ranks can resume.
+        whole = gather_optimizer_state(model.layout, plan, comm_, optimizer);
+    }
+    // Rank 0: what compressed transfers carry, gathered (scratch while the checkpoint is written).
+    CommunicationState communication;
+    Array<float> residuals, master;
+    if (const Array<float>* mine = step->gradient_residual()) {
+        std::vector<size_t> cut = {0};  // every rank's residual, in rank order
+        for (int r = 0; r < ranks; ++r) cut.push_back(cut.back() + plan.outside(r));
+        residuals = gather_float_shards(comm_, *mine, cut);
+        communication = {ranks, residuals.data(), cut.back(), nullptr};
+    }
+    if (const Array<float>* mine = step->weight_master()) {
+        master = gather_float_shards(comm_, *mine, plan.value_cut);
+        communication.weight_master = master.data();
+    }
+    if (!comm_.is_root()) return;
+    const OptimizerState& state = whole ? *whole : optimizer;
+    if (async_checkpoint_) {
+        start_training_checkpoint(background_writer_, checkpoint_path_, options_, here, model, state, tokenizer_,
+                                  communication);
+    } else {
+        save_training_checkpoint(checkpoint_path_, options_, here, model, state, tokenizer_, communication);
+    }
+}
+
+}  // namespace dqt
