@@ -104,11 +104,22 @@ def load_records():
     return records
 
 
+def loss_key(record):
+    """Sorts diverged runs last."""
+    return record["val_loss"] if record["val_loss"] is not None else float("inf")
+
+
+def loss_text(record):
+    if record["val_loss"] is None:
+        return f"diverged at step {record['diverged_at']}"
+    return f"{record['val_loss']:.4f}"
+
+
 def best_points(records, stage, method, count, corpus="sotu", size="base"):
     """The `count` points of `method` with the lowest final validation loss in `stage`."""
     done = [r for r in records.values() if r["stage"] == stage and r["method"] == method
             and r["corpus"] == corpus and r["size"] == size and r["seed"] == SEEDS[0]]
-    done.sort(key=lambda r: r["val_loss"])
+    done.sort(key=loss_key)
     return [r["point"] for r in done[:count]]
 
 
@@ -154,17 +165,23 @@ def frozen_binary(dqt):
 
 
 def summarize(run, out, elapsed, built_from):
-    """The record of a finished run, read from its metrics.jsonl (None if it did not finish)."""
-    lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    """The record of a finished run, read from its metrics.jsonl: one that ended, or one that
+    diverged (val_loss None, diverged_at its step: a result of those settings, not run again).
+    None when the run did neither (it failed)."""
+    metrics = out / "metrics.jsonl"
+    lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()] if metrics.exists() else []
     evals = [[l["step"], l["val_loss"]] for l in lines if l.get("type") == "eval"]
     train = [l for l in lines if l.get("type") == "train"]
-    if not evals or evals[-1][0] != run.steps or not any(l.get("type") == "memory" for l in lines):
+    diverged = [l["step"] for l in lines if l.get("type") == "diverged"]
+    ended = evals and evals[-1][0] == run.steps and any(l.get("type") == "memory" for l in lines)
+    if not ended and not diverged:
         return None
     middle = [l["step_seconds"] for l in train if 0.25 * run.steps <= l["step"] <= 0.95 * run.steps]
     return {
         "name": run.name, "stage": run.stage, "method": run.method, "point": run.point,
         "corpus": run.corpus, "size": run.size, "seed": run.seed, "steps": run.steps,
-        "val_loss": evals[-1][1], "evals": evals,
+        "val_loss": evals[-1][1] if ended else None, "diverged_at": diverged[0] if diverged else None,
+        "evals": evals,
         "train": [[l["step"], round(l["loss"], 5)] for l in train if l["step"] % 50 == 0],
         "median_step_seconds": statistics.median(middle) if middle else None,
         "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(),
@@ -190,7 +207,7 @@ def execute(runs, dqt, built_from, jobs, nice):
             if process.poll() is None:
                 continue
             active.remove(entry)
-            record = summarize(run, out, time.time() - started, built_from) if process.returncode == 0 else None
+            record = summarize(run, out, time.time() - started, built_from)
             if record is None:
                 print(f"tune_grid: {run.name} failed (exit {process.returncode}): see {RUN_ROOT / run.name}.log",
                       file=sys.stderr, flush=True)
@@ -198,21 +215,20 @@ def execute(runs, dqt, built_from, jobs, nice):
             with open(RECORDS, "a") as f:
                 f.write(json.dumps(record) + "\n")
             (out / "checkpoint.dqt").unlink(missing_ok=True)
-            print(f"tune_grid: done  {run.name}: val {record['val_loss']:.4f}, "
-                  f"{record['median_step_seconds']:.3f} s/step", flush=True)
+            print(f"tune_grid: done  {run.name}: {loss_text(record)}", flush=True)
 
 
 def report(records):
     """Markdown tables: the prune ranking, each method's best per corpus and size, the gaps."""
     def rows(stage, **match):
         return sorted((r for r in records.values() if r["stage"] == stage and
-                       all(r[k] == v for k, v in match.items())), key=lambda r: r["val_loss"])
+                       all(r[k] == v for k, v in match.items())), key=loss_key)
 
     print("### Prune stage (612 steps), val loss by method, best first\n")
     print("| rank | " + " | ".join(METHODS) + " |\n|---|" + "---|" * len(METHODS))
     ranked = {m: rows("prune", method=m) for m in METHODS}
     for i in range(max((len(v) for v in ranked.values()), default=0)):
-        cells = [f"{ranked[m][i]['val_loss']:.4f} {point_name(ranked[m][i]['point'])}"
+        cells = [f"{loss_text(ranked[m][i])} {point_name(ranked[m][i]['point'])}"
                  if i < len(ranked[m]) else "" for m in METHODS]
         print(f"| {i + 1} | " + " | ".join(cells) + " |")
     print("\n### Best per corpus and size (seeds 1234 / 4321), median step time\n")
@@ -226,16 +242,20 @@ def report(records):
                      r["corpus"] == corpus and r["size"] == size and [r["point"]] == chosen[m]]
             if seeds:
                 best[m] = sorted(seeds, key=lambda r: r["seed"])
+        def finite(seeds):
+            return [r["val_loss"] for r in seeds if r["val_loss"] is not None]
+
         for m, seeds in best.items():
-            losses = [r["val_loss"] for r in seeds]
-            gap = ""
-            if "bitnet" in best:
-                bitnet_mean = statistics.mean(r["val_loss"] for r in best["bitnet"])
-                gap = f"{100 * (statistics.mean(losses) / bitnet_mean - 1):+.1f}%"
-            spread = f"{max(losses) - min(losses):.4f}" if len(losses) > 1 else "one seed"
-            step = statistics.median(r["median_step_seconds"] for r in seeds)
+            losses = finite(seeds)
+            gap = spread = ""
+            if "bitnet" in best and losses and finite(best["bitnet"]):
+                gap = f"{100 * (statistics.mean(losses) / statistics.mean(finite(best['bitnet'])) - 1):+.1f}%"
+            if len(seeds) > 1:
+                spread = f"{max(losses) - min(losses):.4f}" if len(losses) == len(seeds) else "a seed diverged"
+            times = [r["median_step_seconds"] for r in seeds if r["median_step_seconds"] is not None]
+            step = f"{statistics.median(times):.3f}" if times else ""
             print(f"| {corpus} | {size} | {m} | {point_name(seeds[0]['point'])} | "
-                  f"{' / '.join(f'{l:.4f}' for l in losses)} | {spread} | {step:.3f} | {gap} |")
+                  f"{' / '.join(loss_text(r) for r in seeds)} | {spread or 'one seed'} | {step} | {gap} |")
 
 
 def plot(records, path):
@@ -250,7 +270,7 @@ def plot(records, path):
     labels = [point_name(p) for p in points]
     for method in METHODS:
         losses = {point_name(r["point"]): r["val_loss"] for r in records.values()
-                  if r["stage"] == "prune" and r["method"] == method}
+                  if r["stage"] == "prune" and r["method"] == method and r["val_loss"] is not None}
         xs = [i for i, label in enumerate(labels) if label in losses]
         left.plot(xs, [losses[labels[i]] for i in xs], "o", label=method, alpha=0.8)
         best = best_points(records, "full", method, 1)
