@@ -1,7 +1,9 @@
 // `dqt bench generate`: prompt and decode speed of dqt's inference engine (infer/) against
 // llama.cpp on the same exported model (TQ2_0 for ternary, Q8_0 for 8-bit) and thread count,
-// and decode speed as a fraction of the memory-bandwidth bound (weight bytes read per token /
-// read bandwidth measured in this process).
+// and decode speed against the memory-bandwidth bound: the bytes a decoded token reads (weights
+// and the KV cache) over the read bandwidth measured in this process, over a buffer several
+// times the last-level cache. Where those bytes fit in the last-level cache (read from sysfs),
+// decode runs from the cache: the bench says so and gives no fraction of the memory bound.
 #include <omp.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/cpu_cache.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "export/gguf_model.h"
@@ -78,13 +81,16 @@ DQT_TARGET_CLONES uint64_t sum_words(const uint64_t* words, size_t count) {
     return sum;
 }
 
-// Read bandwidth of this machine with the bench's threads: passes over 512 MiB, each thread
+// Read bandwidth of this machine with the bench's threads: passes over a buffer of 4 times the
+// last-level cache and at least 512 MiB (so that no pass is served from the cache), each thread
 // summing its own contiguous share; the best pass counts. The bench takes passes before the
 // runs and one before each dqt run, so the bound follows the machine's speed during the runs
 // (this VM's bandwidth moves by a third within minutes) and can only rise with more passes.
 class ReadBandwidth {
 public:
-    ReadBandwidth() : words_(size_t{512} << 20 >> 3, 1) {}
+    explicit ReadBandwidth(uint64_t cache_bytes)
+        : words_(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t), 1) {}
+    uint64_t buffer_bytes() const { return words_.size() * sizeof(uint64_t); }
 
     void measure_pass() {
         const auto start = std::chrono::steady_clock::now();
@@ -119,6 +125,28 @@ struct Speeds {
     double prompt_tokens_per_second = 0.0;
     double decode_tokens_per_second = 0.0;
 };
+
+// Mean bytes of K and V a decoded token reads: the token at position p reads positions 0..p of
+// every layer, and the decode runs positions prompt .. prompt + decode - 1.
+double kv_bytes_per_decoded_token(const ModelConfig& c, int prompt_tokens, int decode_tokens, size_t element_bytes) {
+    const double mean_positions_read = prompt_tokens + (decode_tokens + 1) / 2.0;
+    return static_cast<double>(c.n_layers) * 2.0 * c.kv_dim() * static_cast<double>(element_bytes) *
+           mean_positions_read;
+}
+
+// An engine's decode against the bound: the bytes a token reads, the rate it reads them at, and,
+// unless they fit in the last-level cache, that rate as a fraction of the measured bandwidth.
+nlohmann::json decode_against_bound(double decode_tokens_per_second, double weight_bytes, double kv_bytes,
+                                    double bandwidth, uint64_t cache_bytes) {
+    const double bytes = weight_bytes + kv_bytes;
+    const bool cached = cache_bytes > 0 && bytes <= static_cast<double>(cache_bytes);
+    return {{"weight_bytes_per_token", weight_bytes},
+            {"kv_bytes_per_token", kv_bytes},
+            {"decode_read_gb_per_s", decode_tokens_per_second * bytes / 1e9},
+            {"regime", cached ? "cache-resident" : "memory"},
+            {"decode_fraction_of_bandwidth_bound",
+             cached ? nlohmann::json(nullptr) : nlohmann::json(decode_tokens_per_second * bytes / bandwidth)}};
+}
 
 Speeds measure_dqt(const InferenceModel& model, const std::vector<int32_t>& prompt, int decode_tokens, int repeats,
                    KvCacheType cache_type, ReadBandwidth& bandwidth) {
@@ -229,12 +257,20 @@ void add_bench_generate_command(CLI::App& bench) {
         std::vector<int32_t> prompt(static_cast<size_t>(args->prompt_tokens));
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % model.config.vocab_size);
 
-        ReadBandwidth read_bandwidth;
+        const uint64_t cache_bytes = last_level_cache_bytes();
+        ReadBandwidth read_bandwidth(cache_bytes);
         for (int pass = 0; pass < 5; ++pass) read_bandwidth.measure_pass();
         const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
         const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type, read_bandwidth);
         const double bandwidth = read_bandwidth.bytes_per_second();
-        const double dqt_bytes = static_cast<double>(model.weight_bytes_per_token());
+        const double kv_bytes = kv_bytes_per_decoded_token(model.config, args->prompt_tokens, args->decode_tokens,
+                                                           cache_type == KvCacheType::f16 ? 2 : 4);
+        nlohmann::json dqt_record = decode_against_bound(dqt_speed.decode_tokens_per_second,
+                                                         static_cast<double>(model.weight_bytes_per_token()), kv_bytes,
+                                                         bandwidth, cache_bytes);
+        dqt_record["kernels"] = model.kernels_label();
+        dqt_record["prompt_tokens_per_second"] = dqt_speed.prompt_tokens_per_second;
+        dqt_record["decode_tokens_per_second"] = dqt_speed.decode_tokens_per_second;
         nlohmann::json record = {
             {"bench", "generate"},
             {"threads", args->threads},
@@ -244,21 +280,17 @@ void add_bench_generate_command(CLI::App& bench) {
             {"decode_tokens", args->decode_tokens},
             {"kv_cache", args->kv_cache},
             {"read_bandwidth_gb_per_s", bandwidth / 1e9},
-            {"dqt",
-             {{"kernels", model.kernels_label()},
-              {"prompt_tokens_per_second", dqt_speed.prompt_tokens_per_second},
-              {"decode_tokens_per_second", dqt_speed.decode_tokens_per_second},
-              {"weight_bytes_per_token", dqt_bytes},
-              {"decode_fraction_of_bandwidth_bound", dqt_speed.decode_tokens_per_second * dqt_bytes / bandwidth}}}};
+            {"bandwidth_buffer_bytes", read_bandwidth.buffer_bytes()},
+            {"last_level_cache_bytes", cache_bytes},
+            {"dqt", dqt_record}};
         if (!args->skip_llamacpp) {
             const std::string script = args->llamacpp_script.empty() ? default_llamacpp_script() : args->llamacpp_script;
             const Speeds llama = measure_llamacpp(script, gguf, prompt, *args, folder);
-            const double llama_bytes = gguf_weight_bytes_per_token(gguf);
-            record["llama_cpp"] = {
-                {"prompt_tokens_per_second", llama.prompt_tokens_per_second},
-                {"decode_tokens_per_second", llama.decode_tokens_per_second},
-                {"weight_bytes_per_token", llama_bytes},
-                {"decode_fraction_of_bandwidth_bound", llama.decode_tokens_per_second * llama_bytes / bandwidth}};
+            nlohmann::json llama_record = decode_against_bound(
+                llama.decode_tokens_per_second, gguf_weight_bytes_per_token(gguf), kv_bytes, bandwidth, cache_bytes);
+            llama_record["prompt_tokens_per_second"] = llama.prompt_tokens_per_second;
+            llama_record["decode_tokens_per_second"] = llama.decode_tokens_per_second;
+            record["llama_cpp"] = llama_record;
             record["decode_ratio_dqt_over_llama_cpp"] = dqt_speed.decode_tokens_per_second / llama.decode_tokens_per_second;
             record["prompt_ratio_dqt_over_llama_cpp"] = dqt_speed.prompt_tokens_per_second / llama.prompt_tokens_per_second;
         }
@@ -269,12 +301,20 @@ void add_bench_generate_command(CLI::App& bench) {
         std::printf("bench generate: %s, %lld parameters, %d threads, prompt %d tokens, decode %d tokens (best of %d)\n",
                     model.method_label.c_str(), static_cast<long long>(model.config.parameter_count()), args->threads,
                     args->prompt_tokens, args->decode_tokens, args->repeats);
-        std::printf("  read bandwidth measured here: %.1f GB/s\n", bandwidth / 1e9);
+        std::printf("  read bandwidth measured here: %.1f GB/s over %.0f MiB (last-level cache: %.0f MiB)\n",
+                    bandwidth / 1e9, static_cast<double>(read_bandwidth.buffer_bytes()) / (1 << 20),
+                    static_cast<double>(cache_bytes) / (1 << 20));
         auto line = [&](const char* engine, const nlohmann::json& r) {
-            std::printf("  %-10s prompt %8.1f tok/s   decode %7.1f tok/s   %6.1f MB weights/token   %3.0f%% of the bandwidth bound\n",
+            const double bytes = r["weight_bytes_per_token"].get<double>() + r["kv_bytes_per_token"].get<double>();
+            std::printf("  %-10s prompt %8.1f tok/s   decode %7.1f tok/s   %6.1f MB read/token (weights + KV)   ",
                         engine, r["prompt_tokens_per_second"].get<double>(), r["decode_tokens_per_second"].get<double>(),
-                        r["weight_bytes_per_token"].get<double>() / 1e6,
-                        100.0 * r["decode_fraction_of_bandwidth_bound"].get<double>());
+                        bytes / 1e6);
+            if (r["regime"] == "cache-resident") {
+                std::printf("fits in the last-level cache: %.1f GB/s from cache, no memory bound applies\n",
+                            r["decode_read_gb_per_s"].get<double>());
+            } else {
+                std::printf("%3.0f%% of the bandwidth bound\n", 100.0 * r["decode_fraction_of_bandwidth_bound"].get<double>());
+            }
         };
         line("dqt", record["dqt"]);
         if (record.contains("llama_cpp")) {

@@ -2,11 +2,15 @@
 #include <omp.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "core/cpu_cache.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "core/spin_barrier.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 
@@ -71,4 +75,39 @@ TEST(SpinBarrier, EveryWriteBeforeTheMeetingIsSeenAfterIt) {
     }
     EXPECT_GE(team_size.load(), 2) << "the runtime gave one thread: the barrier was not exercised";
     EXPECT_EQ(stale_reads.load(), 0);
+}
+
+TEST(CpuCache, ParsesSysfsSizes) {
+    EXPECT_EQ(dqt::parse_cache_size("32768K"), uint64_t{32} << 20);
+    EXPECT_EQ(dqt::parse_cache_size("2M"), uint64_t{2} << 20);
+    EXPECT_EQ(dqt::parse_cache_size("1G"), uint64_t{1} << 30);
+    EXPECT_EQ(dqt::parse_cache_size("512"), uint64_t{512});
+    EXPECT_EQ(dqt::parse_cache_size("32768K\n"), uint64_t{32} << 20);
+    EXPECT_FALSE(dqt::parse_cache_size(""));
+    EXPECT_FALSE(dqt::parse_cache_size("K"));
+    EXPECT_FALSE(dqt::parse_cache_size("12X"));
+    EXPECT_FALSE(dqt::parse_cache_size("99999999999999999999"));
+}
+
+// A cache folder laid out as sysfs lays it out: the largest level among data and unified caches
+// wins (an instruction cache never does), and entries that cannot be read are passed over.
+TEST(CpuCache, LastLevelIsTheHighestDataOrUnifiedLevel) {
+    dqt::testing::TempDir dir("cpu_cache");
+    auto index = [&](const std::string& name, const std::string& level, const std::string& type,
+                     const std::string& size) {
+        std::filesystem::create_directories(dir.path / name);
+        std::ofstream(dir.path / name / "level") << level << "\n";
+        std::ofstream(dir.path / name / "type") << type << "\n";
+        std::ofstream(dir.path / name / "size") << size << "\n";
+    };
+    EXPECT_EQ(dqt::last_level_cache_bytes(dir.path.string()), 0u);
+    index("index0", "1", "Data", "48K");
+    index("index1", "1", "Instruction", "32K");
+    index("index2", "2", "Unified", "2048K");
+    EXPECT_EQ(dqt::last_level_cache_bytes(dir.path.string()), uint64_t{2} << 20);
+    index("index3", "3", "Unified", "266240K");
+    index("index4", "4", "Instruction", "1G");
+    index("index5", "x", "Unified", "1G");
+    EXPECT_EQ(dqt::last_level_cache_bytes(dir.path.string()), uint64_t{260} << 20);
+    EXPECT_EQ(dqt::last_level_cache_bytes((dir.path / "missing").string()), 0u);
 }
