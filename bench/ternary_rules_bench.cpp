@@ -78,7 +78,7 @@ Ternary mse_ternarize(const std::vector<float>& w) {
 std::unique_ptr<ModelParameters> mse_convert(const ModelParameters& model) {
     auto converted = convert_to_ternary(model);
     for (const ParamTensor& t : converted->layout.tensors) {
-        if (t.storage != TensorStorage::codes) continue;
+        if (!t.stores_codes()) continue;
         std::vector<float> w(t.count());
         model.read_dense(model.layout.tensors[static_cast<size_t>(t.tensor_id)], w.data());
         const Ternary tern = mse_ternarize(w);
@@ -92,7 +92,7 @@ std::unique_ptr<ModelParameters> mse_convert(const ModelParameters& model) {
 double relative_weight_error(const ModelParameters& model, const ModelParameters& converted) {
     double error = 0, norm = 0;
     for (const ParamTensor& t : converted.layout.tensors) {
-        if (t.storage != TensorStorage::codes) continue;
+        if (!t.stores_codes()) continue;
         std::vector<float> w(t.count()), wt(t.count());
         model.read_dense(model.layout.tensors[static_cast<size_t>(t.tensor_id)], w.data());
         converted.read_dense(t, wt.data());
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
         // How the n-bit codes are spread: share at the grid's ends and at zero.
         size_t at_ends = 0, at_zero = 0, total = 0;
         for (const ParamTensor& t : model.layout.tensors) {
-            if (t.storage != TensorStorage::codes) continue;
+            if (!t.stores_codes()) continue;
             for (size_t i = 0; i < t.count(); ++i) {
                 const int q = read_code(model.code(t), model.method.grid, i);
                 at_ends += q == model.method.grid.qn() || q == model.method.grid.qp();

@@ -154,7 +154,12 @@ def commit():
 
 def frozen_binary(dqt):
     """A copy of `dqt` for this invocation, so that rebuilding build/ mid-grid changes no run;
-    with the commit it was built from (the checkout's HEAD, "+dirty" with uncommitted changes)."""
+    with the commit it was built from (the checkout's HEAD, "+dirty" with uncommitted changes).
+    An earlier frozen copy (runs/tune/dqt-COMMIT, given as --dqt) is used as it is, so a grid resumed in a later
+    session runs the binary its first runs ran."""
+    given = pathlib.Path(dqt).resolve()
+    if given.parent == RUN_ROOT.resolve() and given.name.startswith("dqt-"):
+        return str(given), given.name[len("dqt-"):]
     head = commit()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, check=True).stdout.strip()

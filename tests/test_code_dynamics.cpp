@@ -53,7 +53,7 @@ TEST(CodeDynamics, CountsTheCodesThatChangedInTheStepAndSinceTheLastMeasurement)
     ModelParameters model(tiny_config(), method_of(Method::dqt));
     model.initialize(7);
     const ParamTensor& wq = layout_tensor(model, "blk.0.attn_q");
-    ASSERT_TRUE(wq.quantized);
+    ASSERT_TRUE(wq.quantized());
     const CodeGrid grid = model.method.grid;
     auto flip = [&](size_t first, size_t count) {
         for (size_t i = first; i < first + count; ++i)
@@ -76,7 +76,7 @@ TEST(CodeDynamics, CountsTheCodesThatChangedInTheStepAndSinceTheLastMeasurement)
     const nlohmann::json& untouched = tensor_named(record, "blk.0.attn_k");
     EXPECT_EQ(untouched["changed_since"].get<double>(), 0.0);
     double quantized_weights = 0;
-    for (const ParamTensor& t : model.layout.tensors) quantized_weights += t.quantized ? t.count() : 0;
+    for (const ParamTensor& t : model.layout.tensors) quantized_weights += t.quantized() ? t.count() : 0;
     EXPECT_DOUBLE_EQ(record["changed_since"].get<double>(), 24 / quantized_weights);
     // The next measurement counts from step 4.
     for (int step = 5; step <= 7; ++step) EXPECT_FALSE(dynamics.after_step(model, step, record));
@@ -91,7 +91,7 @@ TEST(CodeDynamics, MeasuresBitnetOnTheCodesItsForwardMultiplies) {
     ModelParameters model(tiny_config(), method_of(Method::bitnet));
     model.initialize(7);
     const ParamTensor& wq = layout_tensor(model, "blk.0.attn_q");
-    ASSERT_TRUE(wq.quantized);
+    ASSERT_TRUE(wq.quantized());
     CodeDynamics dynamics(model, 2);
     nlohmann::json record;
     EXPECT_FALSE(dynamics.after_step(model, 1, record));

@@ -119,7 +119,7 @@ TEST(ShardPlan, SharesCoverTheLayoutOnChunkAndBlockBoundaries) {
     method.kind = Method::dqt;
     const ParamLayout layout = make_param_layout(config, method);
     for (int ranks : {1, 2, 3, 5, 64}) {
-        const ShardPlan plan = make_shard_plan(layout, method.grid, ranks);
+        const ShardPlan plan = make_shard_plan(layout, ranks);
         ASSERT_EQ(plan.cut.size(), static_cast<size_t>(ranks) + 1);
         EXPECT_EQ(plan.cut.front(), 0u);
         EXPECT_EQ(plan.cut.back(), layout.total);
@@ -140,7 +140,7 @@ TEST(ShardPlan, SharesCoverTheLayoutOnChunkAndBlockBoundaries) {
                 EXPECT_EQ(owned.first % kStateBlock, 0u) << tensor.name;
                 covered = owned.last;
                 // The rank's slice of the weight arrays holds the elements it updates.
-                if (tensor.storage == TensorStorage::f32) {
+                if (!tensor.stores_codes()) {
                     EXPECT_GE(tensor.value_offset + owned.first, plan.value_cut[r]);
                     EXPECT_LE(tensor.value_offset + owned.last, plan.value_cut[r + 1]);
                 } else {

@@ -293,7 +293,7 @@ void expect_identical(const ModelParameters& a, const ModelParameters& b) {
     for (const ParamTensor& t : a.layout.tensors) {
         const ParamTensor& u = b.layout.tensors[static_cast<size_t>(t.tensor_id)];
         ASSERT_EQ(t.name, u.name);
-        if (t.storage == TensorStorage::codes) {
+        if (t.stores_codes()) {
             EXPECT_EQ(std::bit_cast<uint32_t>(a.scale(t)), std::bit_cast<uint32_t>(b.scale(u))) << t.name;
             EXPECT_EQ(0, std::memcmp(a.code(t), b.code(u), code_bytes(a.method.grid, t.count()))) << t.name;
         } else {

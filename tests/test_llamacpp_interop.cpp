@@ -219,7 +219,7 @@ constexpr float kWrongScale = 1.5f;
 bool scale_weight(ModelParameters& model, const std::string& name, float factor) {
     for (const ParamTensor& t : model.layout.tensors) {
         if (t.name != name) continue;
-        if (t.storage == TensorStorage::codes) {
+        if (t.stores_codes()) {
             model.scale(t) /= factor;  // W = q / scale
         } else {
             for (size_t i = 0; i < t.count(); ++i) model.value(t)[i] *= factor;

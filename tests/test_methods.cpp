@@ -215,7 +215,7 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
     ModelParameters model(small_config(), method);
     model.initialize(seed);
     const ParamTensor& weight = *model.tensors.layers[0].w_gate;  // (F, C) = (24, 16)
-    ASSERT_TRUE(weight.quantized);
+    ASSERT_TRUE(weight.quantized());
     const int rows = 6, in = weight.cols, out = weight.rows;
 
     std::mt19937 rng(seed);
@@ -288,10 +288,10 @@ TEST(DqtStorage, WeightsCategoryIsTheCodesOnly) {
         size_t code_bytes_expected = 0, norm_floats = 0;
         for (const ParamTensor& tensor : model.layout.tensors) {
             if (tensor.is_matrix()) {
-                EXPECT_EQ(tensor.storage, TensorStorage::codes) << tensor.name;
+                EXPECT_EQ(tensor.format, bits == 1 ? WeightFormat::ternary_codes : WeightFormat::int_codes) << tensor.name;
                 code_bytes_expected += code_bytes(method.grid, tensor.count());
             } else {
-                EXPECT_EQ(tensor.storage, TensorStorage::f32) << tensor.name;
+                EXPECT_EQ(tensor.format, WeightFormat::f32) << tensor.name;
                 norm_floats += tensor.count();
             }
         }
@@ -389,7 +389,7 @@ TEST(TernaryConvert, TwnRuleFollowsItsDefinition) {
     model.initialize(23);
     const auto converted = convert_to_ternary(model, TernaryRule::twn);
     for (const ParamTensor& tensor : converted->layout.tensors) {
-        if (tensor.storage != TensorStorage::codes) continue;
+        if (!tensor.stores_codes()) continue;
         std::vector<float> w(tensor.count());
         model.read_dense(model.layout.tensors[static_cast<size_t>(tensor.tensor_id)], w.data());
         double mean = 0.0;

@@ -12,7 +12,7 @@ namespace {
 // or at the start of the next f32 tensor.
 size_t value_position(const ParamLayout& layout, size_t cut) {
     for (const ParamTensor& tensor : layout.tensors) {
-        if (tensor.storage != TensorStorage::f32 || tensor.flat_offset + tensor.count() <= cut) continue;
+        if (tensor.stores_codes() || tensor.flat_offset + tensor.count() <= cut) continue;
         return tensor.value_offset + (cut > tensor.flat_offset ? cut - tensor.flat_offset : 0);
     }
     return layout.value_total;
@@ -20,10 +20,10 @@ size_t value_position(const ParamLayout& layout, size_t cut) {
 
 // The same in the code array; cuts inside a tensor are multiples of kGradientTensorAlign
 // elements, so they fall on whole bytes of any packing.
-size_t code_position(const ParamLayout& layout, const CodeGrid& grid, size_t cut) {
+size_t code_position(const ParamLayout& layout, size_t cut) {
     for (const ParamTensor& tensor : layout.tensors) {
-        if (tensor.storage != TensorStorage::codes || tensor.flat_offset + tensor.count() <= cut) continue;
-        return tensor.code_offset + (cut > tensor.flat_offset ? code_bytes(grid, cut - tensor.flat_offset) : 0);
+        if (!tensor.stores_codes() || tensor.flat_offset + tensor.count() <= cut) continue;
+        return tensor.code_offset + (cut > tensor.flat_offset ? tensor.traits().stored_bytes(cut - tensor.flat_offset) : 0);
     }
     return layout.code_total;
 }
@@ -44,7 +44,7 @@ std::vector<ElementRange> ShardPlan::owned_by(const ParamLayout& layout, int ran
     return ranges;
 }
 
-ShardPlan make_shard_plan(const ParamLayout& layout, const CodeGrid& grid, int ranks) {
+ShardPlan make_shard_plan(const ParamLayout& layout, int ranks) {
     ShardPlan plan;
     plan.ranks = ranks;
     const size_t chunks = (layout.total + kSquareSumChunk - 1) / kSquareSumChunk;
@@ -53,7 +53,7 @@ ShardPlan make_shard_plan(const ParamLayout& layout, const CodeGrid& grid, int r
         const size_t cut = std::min(layout.total, chunk * kSquareSumChunk);
         plan.cut.push_back(cut);
         plan.value_cut.push_back(value_position(layout, cut));
-        plan.code_cut.push_back(code_position(layout, grid, cut));
+        plan.code_cut.push_back(code_position(layout, cut));
     }
     return plan;
 }

@@ -32,6 +32,6 @@ struct ShardPlan {
 
 // Near-equal shares of the layout, cut on kSquareSumChunk boundaries (a share may be empty
 // when the model has fewer chunks than ranks).
-ShardPlan make_shard_plan(const ParamLayout& layout, const CodeGrid& grid, int ranks);
+ShardPlan make_shard_plan(const ParamLayout& layout, int ranks);
 
 }  // namespace dqt

@@ -305,14 +305,13 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     for (const ParamTensor& t : model.layout.tensors) {
         const std::string name = t.name + ".weight";
         const bool permute = rope_permuted(arch, t.name);
-        code_scales.push_back(t.storage == TensorStorage::codes ? model.scale(t) : 0.0f);
-        if (t.storage == TensorStorage::codes && t.role == TensorRole::block_linear) {
+        code_scales.push_back(t.stores_codes() ? model.scale(t) : 0.0f);
+        if (t.stores_codes() && t.role == TensorRole::block_linear) {
             std::vector<int8_t> codes(t.count());
-            for (size_t i = 0; i < codes.size(); ++i)
-                codes[i] = static_cast<int8_t>(read_code(model.code(t), model.method.grid, i));
+            t.traits().read_integers(model, t, t.traits().weight_scale(model, t), 0, t.count(), codes.data());
             codes = rows_in_file_order(codes, t.rows, t.cols, c.head_dim(), permute);
             GgufTensor tensor =
-                code_tensor(name, t, codes, model.method.grid.ternary(), options, summary.ternary_fallbacks);
+                code_tensor(name, t, codes, t.traits().ternary_integers, options, summary.ternary_fallbacks);
             block_linear_weights[tensor.type] += t.count();
             add(std::move(tensor));
             // gamma: W = q / s = q * (1 / s), multiplied in after the matmul.
@@ -323,7 +322,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
         model.read_dense(t, values.data());
         values = rows_in_file_order(values, t.rows, t.cols, c.head_dim(), permute);
         // Norm gains stay F32 (llama.cpp multiplies them in F32); so does a dequantized table.
-        const GgufFloatFormat format = t.is_matrix() && t.storage == TensorStorage::f32 ? options.floats : GgufFloatFormat::f32;
+        const GgufFloatFormat format = t.is_matrix() && !t.stores_codes() ? options.floats : GgufFloatFormat::f32;
         GgufTensor tensor = float_tensor(name, gguf_shape(t), values, format);
         if (t.role == TensorRole::block_linear) block_linear_weights[tensor.type] += t.count();
         add(std::move(tensor));
@@ -374,7 +373,7 @@ ImportedGguf import_gguf(const std::string& path) {
         const std::string name = t.name + ".weight";
         const GgufReader::TensorInfo* info = reader.find_tensor(name);
         const bool permute = rope_permuted(arch, t.name);
-        if (t.storage == TensorStorage::codes) {
+        if (t.stores_codes()) {
             model.scale(t) = scales->value[static_cast<size_t>(t.tensor_id)].get<float>();
             std::vector<int8_t> codes;
             if (t.role == TensorRole::block_linear) {

@@ -23,16 +23,14 @@ InferenceLinear make_linear(const ModelParameters& source, const ParamTensor& te
     InferenceLinear linear;
     linear.rows = tensor.rows;
     linear.cols = tensor.cols;
-    if (!tensor.quantized) {
-        require(tensor.storage == TensorStorage::f32, "inference: " + tensor.name + " has codes but is not quantized");
+    if (!tensor.quantized()) {
         linear.dense = fp32_values(source, tensor, weights, linear.owned_dense);
         return linear;
     }
     std::vector<int8_t> q(tensor.count());
     const float weight_scale = quantized_weight_scale(source, tensor);
     read_quantized_codes(source, tensor, weight_scale, 0, tensor.rows, q.data());
-    const bool ternary = tensor.storage == TensorStorage::f32 || source.method.grid.ternary();  // bitnet or dqt 1.58
-    if (ternary) {
+    if (tensor.traits().ternary_integers) {
         linear.format = LinearFormat::ternary;
         linear.ternary = pack_ternary(q.data(), tensor.rows, tensor.cols, weight_scale);
     } else {
@@ -46,14 +44,13 @@ InferenceEmbedding make_embedding(const ModelParameters& source, const ParamTens
     InferenceEmbedding embedding;
     embedding.rows = tensor.rows;
     embedding.cols = tensor.cols;
-    if (tensor.storage == TensorStorage::f32) {
+    if (tensor.format == WeightFormat::f32) {
         embedding.dense = fp32_values(source, tensor, weights, embedding.owned_dense);
         return embedding;
     }
     embedding.codes = Array<int8_t>(MemCategory::weights, tensor.count());
-    const uint8_t* codes = source.code(tensor);
-    for (size_t i = 0; i < tensor.count(); ++i)
-        embedding.codes[i] = static_cast<int8_t>(read_code(codes, source.method.grid, i));
+    tensor.traits().read_integers(source, tensor, quantized_weight_scale(source, tensor), 0, tensor.count(),
+                                  embedding.codes.data());
     embedding.code_scale = source.scale(tensor);
     return embedding;
 }
@@ -107,7 +104,7 @@ InferenceModel::InferenceModel(const ModelParameters& source, WeightSource fp32_
         layers.push_back(std::move(layer));
     }
     output_norm = norm(t.output_norm);
-    if (t.output == t.token_embd && embedding.dense != nullptr && !t.output->quantized) {
+    if (t.output == t.token_embd && embedding.dense != nullptr && !t.output->quantized()) {
         head.rows = embedding.rows;  // tied fp32: the head reads the embedding table itself
         head.cols = embedding.cols;
         head.dense = embedding.dense;

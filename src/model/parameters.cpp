@@ -1,7 +1,5 @@
 #include "model/parameters.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "core/rng.h"
 #include "quant/ternary.h"
@@ -19,17 +17,6 @@ namespace {
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-bool follows_method(TensorRole role, const MethodConfig& method) {
-    if (method.kind == Method::fp) return false;
-    switch (role) {
-        case TensorRole::block_linear: return true;
-        case TensorRole::embedding: return method.quantize_embedding;
-        case TensorRole::head: return method.quantize_head;
-        case TensorRole::norm: return false;
-    }
-    return false;
-}
-
 }  // namespace
 
 ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) {
@@ -41,15 +28,14 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         tensor.cols = cols;
         tensor.role = role;
         tensor.tensor_id = static_cast<int>(layout.tensors.size());
-        tensor.quantized = follows_method(role, method);
-        tensor.storage = tensor.quantized && method.kind == Method::dqt ? TensorStorage::codes : TensorStorage::f32;
+        tensor.format = weight_format_of(role, method);
         // Every tensor starts 64-byte aligned inside its array; in the gradient layout on
         // kGradientTensorAlign (data-parallel shards cut there).
         tensor.flat_offset = layout.total;
         layout.total += round_up(tensor.count(), kGradientTensorAlign);
-        if (tensor.storage == TensorStorage::codes) {
+        if (tensor.stores_codes()) {
             tensor.code_offset = layout.code_total;
-            layout.code_total += round_up(code_bytes(method.grid, tensor.count()), 64);
+            layout.code_total += round_up(tensor.traits().stored_bytes(tensor.count()), 64);
         } else {
             tensor.value_offset = layout.value_total;
             layout.value_total += round_up(tensor.count(), 16);
@@ -126,7 +112,7 @@ void ModelParameters::initialize(uint64_t seed) {
         // initial draw exists only until it is snapped onto the grid.
         Array<float> draw;
         float* w = value(tensor);
-        if (tensor.storage == TensorStorage::codes) {
+        if (tensor.stores_codes()) {
             draw = Array<float>(MemCategory::scratch, count);
             w = draw.data();
         }
@@ -134,7 +120,7 @@ void ModelParameters::initialize(uint64_t seed) {
         for (size_t i = 0; i < count; ++i) {
             w[i] = config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
         }
-        if (tensor.storage == TensorStorage::codes) {
+        if (tensor.stores_codes()) {
             scale(tensor) = absmean_code_scale(method.grid, mean_abs(w, count));
             quantize_nearest(code(tensor), w, count, method.grid, scale(tensor));
         }
@@ -142,11 +128,7 @@ void ModelParameters::initialize(uint64_t seed) {
 }
 
 void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {
-    if (tensor.storage == TensorStorage::codes) {
-        dequantize_codes(out, code(tensor), tensor.count(), method.grid, scale(tensor));
-    } else {
-        std::memcpy(out, value(tensor), tensor.count() * sizeof(float));
-    }
+    tensor.traits().read_stored(*this, tensor, 0, tensor.count(), out);
 }
 
 }  // namespace dqt

@@ -1,7 +1,7 @@
 #pragma once
-// All trainable tensors of one model, stored as the training method asks (model/method.h):
-// fp32 tensors in one contiguous fp32 array (`values`), integer-coded tensors (dqt) in one
-// byte array (`codes`) with one scale each. Gradients live elsewhere (model/gradient_sink.h):
+// All trainable tensors of one model, each in the weight format the training method gives it
+// (model/weight_format.h): fp32-stored tensors in one contiguous fp32 array (`values`),
+// integer-coded tensors (dqt) in one byte array (`codes`) with one scale each. Gradients live elsewhere (model/gradient_sink.h):
 // a fused update never holds the whole model's.
 #include <cstddef>
 #include <cstdint>
@@ -11,11 +11,11 @@
 #include "core/memory.h"
 #include "model/config.h"
 #include "model/method.h"
+#include "model/weight_format.h"
 
 namespace dqt {
 
 enum class TensorRole { embedding, norm, block_linear, head };
-enum class TensorStorage { f32, codes };
 
 struct ParamTensor {
     std::string name;         // GGUF-like: "token_embd", "blk.0.attn_q", "output_norm", ...
@@ -24,12 +24,14 @@ struct ParamTensor {
     TensorRole role = TensorRole::norm;
     int tensor_id = 0;        // position in the list: keys the counter-based RNG
     size_t flat_offset = 0;   // in the whole-model order of gradients, optimizer state and shards, in floats
-    TensorStorage storage = TensorStorage::f32;
-    size_t value_offset = 0;  // f32 storage: into ModelParameters::values, in floats
-    size_t code_offset = 0;   // codes storage: into ModelParameters::codes, in bytes
-    bool quantized = false;   // the forward reads a quantized weight (bitnet or dqt)
+    WeightFormat format = WeightFormat::f32;
+    size_t value_offset = 0;  // fp32-stored formats: into ModelParameters::values, in floats
+    size_t code_offset = 0;   // coded formats: into ModelParameters::codes, in bytes
 
     size_t count() const { return static_cast<size_t>(rows) * cols; }
+    const WeightFormatTraits& traits() const { return weight_format_traits(format); }
+    bool stores_codes() const { return traits().stores_codes; }
+    bool quantized() const { return traits().quantized; }  // the forward reads integers (bitnet or dqt)
     bool is_matrix() const { return role != TensorRole::norm; }  // matrices get weight decay
 };
 

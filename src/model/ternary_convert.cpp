@@ -49,7 +49,7 @@ std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model
     auto converted = std::make_unique<ModelParameters>(model.config, ternary);
     for (const ParamTensor& tensor : converted->layout.tensors) {
         const ParamTensor& source = model.layout.tensors[static_cast<size_t>(tensor.tensor_id)];
-        if (tensor.storage == TensorStorage::f32) {
+        if (!tensor.stores_codes()) {
             std::memcpy(converted->value(tensor), model.value(source), tensor.count() * sizeof(float));
             continue;
         }

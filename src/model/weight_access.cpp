@@ -22,50 +22,32 @@ DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor
 DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor, int row_begin, int row_end) {
     const bool bf16 = model.method.compute == ComputeDtype::bf16;
     const size_t first = static_cast<size_t>(row_begin) * tensor.cols;
-    if (tensor.storage == TensorStorage::f32 && !tensor.quantized && !bf16) {
+    if (tensor.format == WeightFormat::f32 && !bf16) {
         data_ = model.value(tensor) + first;
         return;
     }
     const size_t count = static_cast<size_t>(row_end - row_begin) * tensor.cols;
     scratch_ = Array<float>(MemCategory::scratch, count);
-    if (tensor.storage == TensorStorage::codes) {
-        dequantize_codes(scratch_.data(), model.code(tensor) + code_bytes(model.method.grid, first), count,
-                         model.method.grid, model.scale(tensor));
-    } else if (tensor.quantized) {
-        // gamma is the whole tensor's mean |W|, whichever rows are read.
-        const float gamma = static_cast<float>(mean_abs(model.value(tensor), tensor.count()));
-        ternarize_with_gamma(scratch_.data(), model.value(tensor) + first, count, gamma);
-    } else {
-        std::memcpy(scratch_.data(), model.value(tensor) + first, count * sizeof(float));
-    }
+    tensor.traits().read_forward(model, tensor, first, count, scratch_.data());
     if (bf16) round_to_bf16_in_place(scratch_.data(), count);
     data_ = scratch_.data();
 }
 
 float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight) {
-    require(weight.quantized, "quantized_weight_scale: " + weight.name + " is not quantized");
-    if (weight.storage == TensorStorage::codes) return 1.0f / model.scale(weight);
-    return static_cast<float>(mean_abs(model.value(weight), weight.count()));  // bitnet's gamma
+    return weight.traits().weight_scale(model, weight);
 }
 
 void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
                           int row_end, int8_t* q) {
     const size_t first = static_cast<size_t>(row_begin) * weight.cols;
     const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
-    if (weight.storage == TensorStorage::codes) {
-        const uint8_t* codes = model.code(weight) + code_bytes(model.method.grid, first);
-        const CodeGrid& grid = model.method.grid;
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < count; ++i) q[i] = static_cast<int8_t>(read_code(codes, grid, i));
-        return;
-    }
-    ternary_codes_with_gamma(q, model.value(weight) + first, count, weight_scale);
+    weight.traits().read_integers(model, weight, weight_scale, first, count, q);
 }
 
 LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows)
     : operand_(in) {
     const size_t count = static_cast<size_t>(rows) * weight.cols;
-    if (!weight.quantized) {
+    if (!weight.quantized()) {
         if (model.method.compute == ComputeDtype::bf16) round_to_bf16_in_place(in, count);
         return;
     }
@@ -93,7 +75,7 @@ namespace {
 // Rows per slice in which a weight is read: a quantized embedding-sized weight in
 // gradient-piece slices (its dense copy would be as large as an fp32 weight), others whole.
 int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
-    return weight.quantized ? gradient_piece_rows(model.layout, weight) : weight.rows;
+    return weight.quantized() ? gradient_piece_rows(model.layout, weight) : weight.rows;
 }
 
 // Rows [row_begin, row_end) of a quantized weight's integer codes q, as floats in scratch.
@@ -122,7 +104,7 @@ void scale_integer_products(float* out, int rows, int cols, int ld, const Linear
 
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const LinearInput& in,
                            int rows) {
-    if (!weight.quantized) {
+    if (!weight.quantized()) {
         const DenseWeight w(model, weight);
         linear_forward(out, in.operand(), w.data(), rows, weight.cols, weight.rows);
         return;
@@ -183,17 +165,16 @@ void weight_linear_backward_weight(const ModelParameters& model, const ParamTens
 void weight_embedding_forward(const ModelParameters& model, const ParamTensor& embedding, float* out,
                               const int32_t* tokens, int count) {
     const int C = embedding.cols;
-    if (embedding.storage == TensorStorage::f32) {
+    if (embedding.format == WeightFormat::f32) {
         embedding_forward(out, tokens, model.value(embedding), count, C);
         return;
     }
-    const uint8_t* codes = model.code(embedding);
-    const float scale = model.scale(embedding);
-    const CodeGrid& grid = model.method.grid;
+    require(C % 4 == 0, "embedding " + embedding.name + ": coded rows must hold whole packed bytes (dim % 4 == 0)");
+    const WeightFormatTraits& traits = embedding.traits();
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < count; ++i) {
-        const size_t row = static_cast<size_t>(tokens[i]) * C;
-        for (int j = 0; j < C; ++j) out[static_cast<size_t>(i) * C + j] = read_code(codes, grid, row + j) / scale;
+        traits.read_forward(model, embedding, static_cast<size_t>(tokens[i]) * C, static_cast<size_t>(C),
+                            out + static_cast<size_t>(i) * C);
     }
 }
 

@@ -8,8 +8,8 @@ static_assert(kGradientPieceAlign % kStateBlock == 0, "gradient pieces must hold
 
 TensorUpdate::TensorUpdate(ModelParameters& model, const ParamTensor& tensor, OptimizerState& state,
                            const AdamWConfig& config, float lr, int64_t t, uint64_t seed)
-    : values_(tensor.storage == TensorStorage::f32 ? model.value(tensor) : nullptr), moments_(state.of(tensor)) {
-    if (tensor.storage == TensorStorage::codes) {
+    : values_(tensor.stores_codes() ? nullptr : model.value(tensor)), moments_(state.of(tensor)) {
+    if (tensor.stores_codes()) {
         const CodedTensor coded{model.code(tensor), &model.scale(tensor), tensor.count(), model.method.grid,
                                 tensor.tensor_id};
         dqt_.emplace(coded, config, lr, t, DqtRounding{model.method.rounding, seed, model.method.scale_rule});

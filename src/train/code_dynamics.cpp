@@ -26,7 +26,7 @@ double fraction_zero(const std::vector<int8_t>& codes) {
 CodeDynamics::CodeDynamics(const ModelParameters& model, int every) : every_(every) {
     require(every > 0, "--code-stats-every must be positive, got " + std::to_string(every));
     for (const ParamTensor& tensor : model.layout.tensors)
-        if (tensor.quantized) linears_.push_back(&tensor);
+        if (tensor.quantized()) linears_.push_back(&tensor);
     require(!linears_.empty(), "--code-stats-every measures quantized weights, and a " + model.method.label() +
                                    " model has none (use --method bitnet or dqt)");
     take(model, 0, last_measured_);

@@ -1,16 +1,37 @@
 #include "train/memory_estimate.h"
 
+#include "model/parameters.h"
+
 namespace dqt {
+
+namespace {
+
+// The bytes of all weights, by role, in each role's weight format; from the config's
+// arithmetic alone (a crafted config's billion layers are never listed).
+double stored_weight_bytes(const ModelConfig& c, const MethodConfig& method) {
+    const size_t C = static_cast<size_t>(c.dim), V = static_cast<size_t>(c.vocab_size);
+    const size_t per_layer = C * C * 2 + C * static_cast<size_t>(c.kv_dim()) * 2 + 3 * C * static_cast<size_t>(c.ffn_dim);
+    const size_t block_linears = static_cast<size_t>(c.n_layers) * per_layer;
+    const size_t ends = V * C * (c.tie_embeddings ? 1 : 2);
+    const size_t norms = static_cast<size_t>(c.parameter_count()) - block_linears - ends;
+    auto bytes = [&](TensorRole role, size_t count) {
+        return static_cast<double>(weight_format_traits(weight_format_of(role, method)).stored_bytes(count));
+    };
+    return bytes(TensorRole::block_linear, block_linears) + bytes(TensorRole::embedding, V * C) +
+           (c.tie_embeddings ? 0.0 : bytes(TensorRole::head, V * C)) + bytes(TensorRole::norm, norms);
+}
+
+}  // namespace
 
 double training_memory_lower_bound(const TrainOptions& options) {
     const double parameters = static_cast<double>(options.model.parameter_count());
-    const double weight_bytes = options.method.kind == Method::dqt ? 1.0 : 4.0;
+    const double weight_bytes = stored_weight_bytes(options.model, options.method);
     const double gradient_bytes = options.fused_update ? 0.0 : 4.0;
     const double moment_bytes = options.optim_state == StateDtype::fp32 ? 4.0
                                 : options.optim_state == StateDtype::bf16 ? 2.0
                                                                            : 1.0;
     const double logits = static_cast<double>(options.batch) * options.model.seq_len * options.model.vocab_size * 4.0;
-    return parameters * (weight_bytes + gradient_bytes + 2.0 * moment_bytes) + logits;
+    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + logits;
 }
 
 }  // namespace dqt

@@ -26,8 +26,8 @@ std::vector<int64_t> shape_of(const ParamTensor& tensor) {
 // quant/codes.h) with "scale.NAME" (f32, one value).
 void add_parameters(std::vector<TensorView>& out, const ModelParameters& model) {
     for (const ParamTensor& tensor : model.layout.tensors) {
-        if (tensor.storage == TensorStorage::codes) {
-            const size_t bytes = code_bytes(model.method.grid, tensor.count());
+        if (tensor.stores_codes()) {
+            const size_t bytes = tensor.traits().stored_bytes(tensor.count());
             out.push_back({"codes." + tensor.name, "u8", {static_cast<int64_t>(bytes)}, model.code(tensor), bytes});
             out.push_back({"scale." + tensor.name, "f32", {1}, &model.scale(tensor), sizeof(float)});
         } else {
@@ -39,8 +39,8 @@ void add_parameters(std::vector<TensorView>& out, const ModelParameters& model) 
 
 void read_parameters(const CheckpointReader& reader, ModelParameters& model) {
     for (const ParamTensor& tensor : model.layout.tensors) {
-        if (tensor.storage == TensorStorage::codes) {
-            const size_t bytes = code_bytes(model.method.grid, tensor.count());
+        if (tensor.stores_codes()) {
+            const size_t bytes = tensor.traits().stored_bytes(tensor.count());
             reader.read("codes." + tensor.name, "u8", {static_cast<int64_t>(bytes)}, model.code(tensor), bytes);
             reader.read("scale." + tensor.name, "f32", {1}, &model.scale(tensor), sizeof(float));
         } else {
@@ -61,10 +61,10 @@ void check_parameters_match_options(const CheckpointReader& reader, const TrainO
                 " layers, but it holds only " + std::to_string(stored) + " tensors (corrupt or edited options)");
     const ParamLayout layout = make_param_layout(options.model, options.method);
     for (const ParamTensor& tensor : layout.tensors) {
-        const bool codes = tensor.storage == TensorStorage::codes;
+        const bool codes = tensor.stores_codes();
         const std::string name = (codes ? "codes." : "param.") + tensor.name;
         const std::vector<int64_t> expected =
-            codes ? std::vector<int64_t>{static_cast<int64_t>(code_bytes(options.method.grid, tensor.count()))}
+            codes ? std::vector<int64_t>{static_cast<int64_t>(tensor.traits().stored_bytes(tensor.count()))}
                   : shape_of(tensor);
         require(reader.has(name) && reader.shape(name) == expected,
                 "checkpoint " + path + ": tensor " + name + " is missing or not the size its options describe " +
@@ -83,7 +83,7 @@ const char* moment_dtype(const TensorMoments& moments) {
 
 // A learned DQT scale's two moments are state of coded tensors under that rule only.
 bool has_scale_moments(const ModelParameters& model, const ParamTensor& tensor) {
-    return tensor.storage == TensorStorage::codes && model.method.scale_rule == ScaleRule::learned;
+    return tensor.stores_codes() && model.method.scale_rule == ScaleRule::learned;
 }
 
 // "adam.m.NAME" and "adam.v.NAME" in the tensor's shape (8-bit: the codes), for 8-bit state

@@ -10,7 +10,7 @@ TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& token
                              const std::string& checkpoint_path, bool resume, bool async_checkpoint,
                              Communicator& comm)
     : model(options.model, options.method),
-      plan(make_shard_plan(model.layout, options.method.grid, comm.size())),
+      plan(make_shard_plan(model.layout, comm.size())),
       optimizer(model.layout, options.optim_state, plan.owned_by(model.layout, comm.rank())),
       options_(options),
       tokenizer_(tokenizer),
