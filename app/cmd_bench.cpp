@@ -79,6 +79,7 @@ void add_bench_command(CLI::App& app) {
     add_bench_train_command(*bench);
     add_bench_memory_command(*bench);
     add_bench_generate_command(*bench);
+    add_bench_serve_command(*bench);
 }
 
 }  // namespace dqt::cli

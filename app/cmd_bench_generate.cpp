@@ -48,21 +48,6 @@ struct BenchGenerateArgs {
     bool json = false;
 };
 
-// The benchmark's default model: 154M parameters (dim 1024, 12 layers, FFN 2816; every row a
-// multiple of 256, so every block linear is TQ2_0), byte vocabulary, tied embeddings.
-ModelConfig default_bench_config() {
-    ModelConfig c;
-    c.dim = 1024;
-    c.n_layers = 12;
-    c.n_heads = 16;
-    c.n_kv_heads = 16;
-    c.ffn_dim = 2816;
-    c.vocab_size = 256;
-    c.seq_len = 512;
-    c.tie_embeddings = true;
-    return c;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -202,9 +187,24 @@ Speeds measure_llamacpp(const std::string& script, const std::string& gguf, cons
 
 }  // namespace
 
+// The benchmark's default model: 154M parameters (dim 1024, 12 layers, FFN 2816; every row a
+// multiple of 256, so every block linear is TQ2_0), byte vocabulary, tied embeddings.
+ModelConfig bench_model_config() {
+    ModelConfig c;
+    c.dim = 1024;
+    c.n_layers = 12;
+    c.n_heads = 16;
+    c.n_kv_heads = 16;
+    c.ffn_dim = 2816;
+    c.vocab_size = 256;
+    c.seq_len = 512;
+    c.tie_embeddings = true;
+    return c;
+}
+
 void add_bench_generate_command(CLI::App& bench) {
     auto args = std::make_shared<BenchGenerateArgs>();
-    args->model_flags = default_bench_config();
+    args->model_flags = bench_model_config();
     CLI::App* command = bench.add_subcommand(
         "generate", "prompt and decode tokens/s of dqt vs llama.cpp on one GGUF model (default: a random 154M ternary model)");
     command->add_option("model", args->model_path, "a GGUF file from `dqt export` (default: build a random ternary model)");
@@ -236,7 +236,7 @@ void add_bench_generate_command(CLI::App& bench) {
         std::string gguf = args->model_path;
         if (gguf.empty()) {
             const ModelConfig config =
-                resolve_model_config(*command, args->model_flags, args->config_path, default_bench_config());
+                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config());
             MethodConfig method;
             method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)

@@ -18,6 +18,7 @@ struct GenerateArgs {
     bool ternary = false;
     std::string ternary_rule = "absmean";
     std::string kv_cache = "f32";
+    std::vector<std::string> stop;
 };
 }  // namespace
 
@@ -37,6 +38,9 @@ void add_generate_command(CLI::App& app) {
     command->add_option("--top-p", args->sampling.top_p, "nucleus: smallest set with this mass")
         ->capture_default_str();
     command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
+    command->add_option("--stop", args->stop, "end the text before this string (repeatable)")
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
     add_ternary_rule_flag(*command, args->ternary_rule);
     add_kv_cache_flag(*command, args->kv_cache);
@@ -57,12 +61,13 @@ void add_generate_command(CLI::App& app) {
                           [](const std::string& piece) {
                               std::fputs(piece.c_str(), stdout);
                               std::fflush(stdout);
-                          });
+                          },
+                          args->stop);
         std::printf("\n");
         std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
                      result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
                      model.kernels_label().c_str());
-        if (result.generated_tokens < args->tokens)
+        if (result.finish_reason == FinishReason::context)
             std::fprintf(stderr, "stopped at the model's context of %d tokens, before the %d asked for with --tokens\n",
                          model.config.seq_len, args->tokens);
     });

@@ -16,10 +16,14 @@ void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_bench_memory_command(CLI::App& bench);    // under `bench`
 void add_bench_generate_command(CLI::App& bench);  // under `bench`
+void add_bench_serve_command(CLI::App& bench);     // under `bench`
+// The inference benchmarks' default model shape (154M parameters; cmd_bench_generate.cpp).
+ModelConfig bench_model_config();
 
 // Model-shape flags shared by train and bench (--config, --dim, --layers, ...).
 void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config_path);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     dqt::cli::add_train_command(app);
     dqt::cli::add_eval_command(app);
     dqt::cli::add_generate_command(app);
+    dqt::cli::add_serve_command(app);
     dqt::cli::add_export_command(app);
     dqt::cli::add_bench_command(app);
     // Only training splits its work over ranks; any other command would run N times over.

@@ -35,7 +35,7 @@ run_thread() {
     { tail -30 build-tsan/build.log; echo "check_sanitized: the TSan build failed (build-tsan/build.log)" >&2; return 1; }
   local threaded='Gemm.*:TernaryMatmul.*:Int8Matmul.*:Kernel*:Inference.*:Sampling.*'
   threaded+=':*ThreadCount*:*OneAndTwoThreads*:*BitIdenticalForOneAndTwoThreads*:ModelGradient*Threads*:SpinBarrier.*:BackgroundCheckpoint.*'
-  threaded+=':WireQuantizer.*'
+  threaded+=':WireQuantizer.*:Serve.*'
   OMP_TOOL_LIBRARIES="$archer" OMP_NUM_THREADS=2 \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/.ci/tsan.supp" \
     build-tsan/dqt_tests --gtest_filter="$threaded" --gtest_brief=1

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,7 @@ TEST(Cli, MissingInputsNameThePath) {
     // A device is no file: reading /dev/zero as a model grew memory to gigabytes.
     expect_one_line_error(run_dqt("eval /dev/zero"), "/dev/zero");
     expect_one_line_error(run_dqt("generate /dev/zero"), "/dev/zero");
+    expect_one_line_error(run_dqt("serve " + (root / "nope.dqt")), "nope.dqt");
     expect_one_line_error(run_dqt("train --data " + (root / "no-data") + " --out " + (root / "run") + " --quiet"),
                           "no-data");
     expect_one_line_error(run_dqt("data --corpus " + (root / "no-corpus") + " --out " + (root / "d")), "no-corpus");
@@ -141,6 +143,26 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     expect_one_line_error(run_dqt("generate " + checkpoint + " --top-p nan"), "--top-p must be in (0, 1]");
     // CLI11's own range check printed the largest double in 300 digits here.
     expect_one_line_error(run_dqt("generate " + checkpoint + " --top-k -2"), "--top-k: must be 0 or more, got -2 (");
+    // --stop ends the text before the first occurrence of the string: two letters from the
+    // continuation (the 3-step model's text is mostly bytes no shell argument can hold). The
+    // text printed is what precedes the summary on stderr (stdout's newline comes at exit).
+    const auto printed_text = [](const std::string& output) { return output.substr(0, output.find("3 prompt tokens, ")); };
+    const std::string continuation = printed_text(generated.output).substr(3);
+    size_t letters = 0;
+    while (letters + 1 < continuation.size() &&
+           !(std::isalpha(static_cast<unsigned char>(continuation[letters])) &&
+             std::isalpha(static_cast<unsigned char>(continuation[letters + 1]))))
+        ++letters;
+    ASSERT_LT(letters + 1, continuation.size()) << "no two letters in: " << continuation;
+    const std::string stop = continuation.substr(letters, 2);
+    const CommandResult stopped = run_dqt("generate " + checkpoint + " --prompt Our --tokens 20 --seed 3 --stop " + stop);
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+    EXPECT_EQ(printed_text(stopped.output), "Our" + continuation.substr(0, continuation.find(stop)));
+    EXPECT_NE(stopped.output.find(" generated "), std::string::npos) << stopped.output;
+    // dqt serve refuses what it cannot serve before it listens.
+    expect_one_line_error(run_dqt("serve " + checkpoint + " --parallel 0"), "--parallel");
+    expect_one_line_error(run_dqt("serve " + checkpoint + " --context 99"), "--context must be from 2 to the model's 32");
+    expect_one_line_error(run_dqt("serve " + checkpoint + " --host 203.0.113.7 --port 0"), "cannot listen on 203.0.113.7");
     // More tokens than the context holds: generation stops at the context and says so.
     const CommandResult long_request = run_dqt("generate " + checkpoint + " --prompt Our --tokens 1000");
     EXPECT_EQ(long_request.exit_code, 0) << long_request.output;

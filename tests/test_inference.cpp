@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -163,6 +164,52 @@ TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
                 expect_logits(logits, &expected[static_cast<size_t>(prompt) * V], static_cast<size_t>(T - prompt) * V,
                               exact, "after a prompt of " + std::to_string(prompt));
             }
+        }
+    }
+}
+
+// A batch of sequences at different positions, one token each, gives every sequence the
+// logits its own decode gives, bit for bit, for every method and cache type: what lets the
+// server batch requests without changing a token (serve/engine.h).
+TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnDecode) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    const std::vector<int> prompts = {1, 4, 2, 7};
+    for (const Case& c : every_method()) {
+        const ModelConfig config = small_config(c.subln, c.kv_heads);
+        const int V = config.vocab_size, T = config.seq_len;
+        ModelParameters parameters(config, c.method);
+        parameters.initialize(seed + 7);
+        const InferenceModel model(parameters);
+        for (KvCacheType cache : {KvCacheType::f32, KvCacheType::f16}) {
+            SCOPED_TRACE(std::string(c.name) + ", cache " + kv_cache_type_name(cache));
+            std::vector<std::unique_ptr<InferenceSession>> batched, alone;
+            std::vector<std::vector<int32_t>> tokens;
+            for (size_t s = 0; s < prompts.size(); ++s) {
+                tokens.push_back(random_tokens(seed + 100 + s, T, V));
+                batched.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                alone.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                batched.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
+                alone.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
+            }
+            std::vector<InferenceSession*> sessions;
+            for (auto& session : batched) sessions.push_back(session.get());
+            for (int step = 0; step < 4; ++step) {
+                std::vector<int32_t> next;
+                for (size_t s = 0; s < prompts.size(); ++s) next.push_back(tokens[s][prompts[s] + step]);
+                const float* logits = InferenceSession::run_batch(sessions, next.data());
+                const std::vector<float> got(logits, logits + prompts.size() * V);
+                for (size_t s = 0; s < prompts.size(); ++s) {
+                    const float* expected = alone[s]->run(&next[s], 1, LogitRows::last);
+                    expect_logits(&got[s * V], expected, V, true,
+                                  "sequence " + std::to_string(s) + ", step " + std::to_string(step));
+                    EXPECT_EQ(batched[s]->position(), alone[s]->position());
+                }
+            }
+            std::vector<InferenceSession*> twice = {sessions[0], sessions[1], sessions[0]};
+            const int32_t three[3] = {0, 0, 0};
+            EXPECT_THROW(InferenceSession::run_batch(twice, three), Error);
+            EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
         }
     }
 }

@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/rng.h"
+#include "infer/generation.h"
 
 namespace dqt {
 
 GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                                int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
-                               const std::function<void(const std::string&)>& on_text) {
+                               const std::function<void(const std::string&)>& on_text,
+                               const std::vector<std::string>& stop) {
     require(max_new_tokens >= 0, "--tokens must not be negative");
     sampling.validate();
     std::vector<int32_t> tokens = tokenizer.encode(prompt);
@@ -24,32 +25,20 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
 
     // The cache holds what this generation can reach, not the whole context the file claims.
     InferenceSession session(model, static_cast<int>(tokens.size()) + budget, cache_type);
-    const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()), LogitRows::last);
+    Generation generation(session, tokenizer, std::move(tokens), max_new_tokens, sampling, stop);
     if (on_text) on_text(prompt);  // only now: a refused prompt prints nothing
 
-    GenerationResult result;
-    result.prompt_tokens = static_cast<int>(tokens.size());
-    std::vector<int32_t> generated;
-    size_t emitted_chars = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < budget; ++i) {
-        const float u = uniform01(sampling.seed, kStreamSample, static_cast<uint32_t>(session.position()), 0);
-        const int32_t next = sample_token(logits, model.config.vocab_size, sampling, u);
-        generated.push_back(next);
-        if (on_text) {
-            // Decode the whole continuation and emit what is new; a byte-level tokenizer may
-            // hold half a UTF-8 character, which then appears with the next token.
-            const std::string text = tokenizer.decode(generated);
-            if (text.size() > emitted_chars) {
-                on_text(text.substr(emitted_chars));
-                emitted_chars = text.size();
-            }
-        }
-        if (i + 1 < budget) logits = session.run(&next, 1, LogitRows::last);
+    while (!generation.finished()) {
+        const std::string piece = generation.step();
+        if (on_text && !piece.empty()) on_text(piece);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    result.text = tokenizer.decode(generated);
-    result.generated_tokens = static_cast<int>(generated.size());
+    GenerationResult result;
+    result.prompt_tokens = generation.prompt_tokens();
+    result.text = generation.text();
+    result.generated_tokens = generation.generated_tokens();
+    result.finish_reason = generation.reason();
     result.tokens_per_second = seconds > 0 ? result.generated_tokens / seconds : 0.0;
     return result;
 }

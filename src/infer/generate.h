@@ -2,8 +2,10 @@
 // Text generation: encode a prompt, run it through one inference session, sample new tokens.
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "data/tokenizer.h"
+#include "infer/generation.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
@@ -15,14 +17,16 @@ struct GenerationResult {
     int prompt_tokens = 0;
     int generated_tokens = 0;
     double tokens_per_second = 0.0;  // decode speed of the generated tokens
+    FinishReason finish_reason = FinishReason::length;
 };
 
 // on_text (optional) receives the prompt once it has been run, then each new piece of text as
 // soon as it is decodable (the result's text is the continuation only). dqt::Error for
 // a prompt that leaves no room in the context for a new token; generation stops when the
-// context is full.
+// context is full, or before the first of the `stop` strings (infer/generation.h).
 GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
                                int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
-                               const std::function<void(const std::string&)>& on_text = nullptr);
+                               const std::function<void(const std::string&)>& on_text = nullptr,
+                               const std::vector<std::string>& stop = {});
 
 }  // namespace dqt

@@ -46,12 +46,26 @@ KvCacheType parse_kv_cache_type(const std::string& name) {
     throw Error("unknown KV cache type '" + name + "' (known: f32, f16)");
 }
 
+namespace {
+
+size_t kv_key_count(const ModelConfig& c, int max_seq) {
+    return static_cast<size_t>(attention_key_stride(max_seq)) * c.kv_dim();
+}
+size_t kv_value_count(const ModelConfig& c, int max_seq) {
+    return static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack();
+}
+
+}  // namespace
+
+double kv_cache_bytes(const ModelConfig& c, int max_seq, KvCacheType type) {
+    return static_cast<double>(c.n_layers) * static_cast<double>(kv_key_count(c, max_seq) + kv_value_count(c, max_seq)) *
+           (type == KvCacheType::f32 ? 4.0 : 2.0);
+}
+
 KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
     : type(cache_type), max_seq(max_seq_len), key_stride(attention_key_stride(max_seq_len)) {
-    const size_t key_count = static_cast<size_t>(key_stride) * c.kv_dim();
-    const size_t value_count = static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack();
-    const double bytes = static_cast<double>(c.n_layers) * static_cast<double>(key_count + value_count) *
-                         (type == KvCacheType::f32 ? 4.0 : 2.0);
+    const size_t key_count = kv_key_count(c, max_seq), value_count = kv_value_count(c, max_seq);
+    const double bytes = kv_cache_bytes(c, max_seq, type);
     require(bytes <= static_cast<double>(physical_memory_bytes()),
             "a KV cache of " + std::to_string(max_seq) + " positions for this model needs " +
                 format_number(bytes / (1 << 30)) + " GiB, more than this machine's " +
@@ -101,7 +115,7 @@ void InferenceSession::reserve(int n, int team, bool split_rows) {
         logits_ = Array<float>(s, N * V);
         capacity_ = n;
     }
-    if (cache_.length == 0) {  // attention_forward_heads runs, on every thread
+    if (fresh_prompt_) {  // attention_forward_heads runs, on every thread
         const size_t floats = attention_forward_heads_scratch_floats(n, c.head_dim());
         if (attention_scratch_.size() < static_cast<size_t>(team)) attention_scratch_.resize(static_cast<size_t>(team));
         for (Array<float>& scratch : attention_scratch_)
@@ -142,11 +156,18 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
         case LinearFormat::int8:
             int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;
-        case LinearFormat::dense:
-            // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this thread.
-            gemm(false, true, n, last_row - first_row, w.cols, 1.0f, input.rows, w.cols,
-                 w.dense + static_cast<size_t>(first_row) * w.cols, w.cols, 0.0f, out + first_row, w.rows);
+        case LinearFormat::dense: {
+            // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this
+            // thread. A batch's rows one at a time: a gemm of 1 row rounds as one sequence's
+            // decode does, whatever else is in the batch.
+            const int step = one_row_products_ ? 1 : n;
+            for (int r = 0; r < n; r += step) {
+                gemm(false, true, step, last_row - first_row, w.cols, 1.0f, input.rows + static_cast<size_t>(r) * w.cols,
+                     w.cols, w.dense + static_cast<size_t>(first_row) * w.cols, w.cols, 0.0f,
+                     out + static_cast<size_t>(r) * w.rows + first_row, w.rows);
+            }
             return;
+        }
     }
 }
 
@@ -185,39 +206,53 @@ InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows
 
 void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int thread) {
     const ModelConfig& c = model_.config;
-    const int pos = cache_.length, C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+    const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
     const int head_begin = kv_begin * group, head_end = kv_end * group;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
-    rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, pos);
-    rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, pos);
-    if (cache_.type == KvCacheType::f32) {
-        store_keys_and_values(cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
-                              k_.data(), v_.data(), pos, n, c.n_kv_heads, D, kv_begin, kv_end);
-    } else {
-        store_keys_and_values(cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
-                              cache_.max_seq, k_.data(), v_.data(), pos, n, c.n_kv_heads, D, kv_begin, kv_end);
-        // What attends below is what the cache holds.
-        const size_t first = static_cast<size_t>(kv_begin) * D, count = static_cast<size_t>(kv_end - kv_begin) * D;
-        for (int i = 0; i < n; ++i) {
+    const size_t first = static_cast<size_t>(kv_begin) * D, count = static_cast<size_t>(kv_end - kv_begin) * D;
+    // Rows first .. first + rows - 1 of k_ and v_ into `cache` at positions pos ..; an fp16
+    // cache's rows are then rounded in place, so what attends below is what the cache holds.
+    const auto store = [&](KvCache& cache, int pos, int row, int rows) {
+        const float* k = k_.data() + row * kv_dim;
+        const float* v = v_.data() + row * kv_dim;
+        if (cache.type == KvCacheType::f32) {
+            store_keys_and_values(cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, k, v,
+                                  pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
+            return;
+        }
+        store_keys_and_values(cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(), cache.max_seq, k,
+                              v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
+        for (int i = row; i < row + rows; ++i) {
             round_to_f16_in_place(k_.data() + i * kv_dim + first, count);
             round_to_f16_in_place(v_.data() + i * kv_dim + first, count);
         }
-    }
-    if (pos == 0) {
-        // The training forward's attention over the n new rows (B = 1, T = n).
+    };
+    if (fresh_prompt_) {
+        // One sequence from position 0: the training forward's attention over the n new rows
+        // (B = 1, T = n).
+        rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, 0);
+        rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, 0);
+        store(*targets_[0].cache, 0, 0, n);
         attention_forward_heads(att_.data(), q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
                                 head_begin, head_end, attention_scratch_[static_cast<size_t>(thread)].data());
         return;
     }
+    // Row by row, each at its own cache and position (rows of one sequence in order, so a row
+    // attends over those stored before it).
     for (int i = 0; i < n; ++i) {
+        KvCache& cache = *targets_[static_cast<size_t>(i)].cache;
+        const int pos = targets_[static_cast<size_t>(i)].pos;
+        float* q = q_.data() + static_cast<size_t>(i) * C;
+        rope_forward_heads(q, 1, C, head_begin, head_end, rope_, pos);
+        rope_forward_heads(k_.data() + i * kv_dim, 1, kv_dim, kv_begin, kv_end, rope_, pos);
+        store(cache, pos, i, 1);
         float* out = att_.data() + static_cast<size_t>(i) * C;
-        const float* q = q_.data() + static_cast<size_t>(i) * C;
-        if (cache_.type == KvCacheType::f32) {
-            attention_decode(out, q, cache_.keys[l].data(), cache_.key_stride, cache_.values[l].data(), cache_.max_seq,
-                             pos + i, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+        if (cache.type == KvCacheType::f32) {
+            attention_decode(out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, pos,
+                             c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         } else {
-            attention_decode(out, q, cache_.keys_f16[l].data(), cache_.key_stride, cache_.values_f16[l].data(),
-                             cache_.max_seq, pos + i, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+            attention_decode(out, q, cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
+                             cache.max_seq, pos, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         }
     }
 }
@@ -281,7 +316,11 @@ void InferenceSession::run_head(const float* x, int n) {
     const InferenceLinear& head = model_.head;
     rmsnorm_forward(normed_.data(), rstd_.data(), x, model_.output_norm, n, c.dim, c.norm_eps);
     if (!head.quantized()) {
-        linear_forward(logits_.data(), normed_.data(), head.dense, n, head.cols, head.rows);
+        const int step = one_row_products_ ? 1 : n;  // as multiply()'s dense products
+        for (int r = 0; r < n; r += step) {
+            linear_forward(logits_.data() + static_cast<size_t>(r) * head.rows,
+                           normed_.data() + static_cast<size_t>(r) * head.cols, head.dense, step, head.cols, head.rows);
+        }
         return;
     }
     quantize_rows_int8(normed_.data(), n, head.cols, quantized_);
@@ -290,16 +329,19 @@ void InferenceSession::run_head(const float* x, int n) {
     multiply_share({{&head, logits_.data()}}, input, n, omp_get_thread_num(), omp_get_num_threads());
 }
 
-const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows) {
-    const ModelConfig& c = model_.config;
-    if (n <= 0) throw Error("inference: no tokens to run");
-    if (n > cache_.max_seq - cache_.length)
-        throw Error(std::to_string(cache_.length + n) + " tokens do not fit the context of " +
-                    std::to_string(cache_.max_seq));
+namespace {
+
+void check_tokens(const int32_t* tokens, int n, int vocab) {
     for (int i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+        if (tokens[i] < 0 || tokens[i] >= vocab)
             throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
-                        std::to_string(c.vocab_size));
+                        std::to_string(vocab));
+}
+
+}  // namespace
+
+void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
+    const ModelConfig& c = model_.config;
     // One team for all blocks: its threads meet at four barriers per block (docs/results.md),
     // team_barrier_'s rather than the runtime's, which cost several times more.
     const int team = std::max(1, omp_get_max_threads());
@@ -311,13 +353,48 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         team_barrier_.set_threads(omp_get_num_threads());  // the runtime may give fewer than asked
         run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
     }
-    cache_.length += n;
-
     // Only the rows whose logits are wanted go through the final norm and the head.
     const int first = rows == LogitRows::all ? 0 : n - 1;
     const RowScratch& residual = split_rows ? shared_rows_ : per_thread_[0];
     run_head(residual.x.data() + static_cast<size_t>(first) * c.dim, n - first);
+}
+
+const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows) {
+    if (n <= 0) throw Error("inference: no tokens to run");
+    if (n > cache_.max_seq - cache_.length)
+        throw Error(std::to_string(cache_.length + n) + " tokens do not fit the context of " +
+                    std::to_string(cache_.max_seq));
+    check_tokens(tokens, n, model_.config.vocab_size);
+    targets_.clear();
+    for (int i = 0; i < n; ++i) targets_.push_back({&cache_, cache_.length + i});
+    fresh_prompt_ = cache_.length == 0;
+    one_row_products_ = false;
+    forward(tokens, n, rows);
+    cache_.length += n;
     return logits_.data();
+}
+
+const float* InferenceSession::run_batch(std::span<InferenceSession* const> sessions, const int32_t* tokens) {
+    require(!sessions.empty(), "inference: no sequences to run");
+    InferenceSession& workspace = *sessions[0];
+    const int n = static_cast<int>(sessions.size());
+    check_tokens(tokens, n, workspace.model_.config.vocab_size);
+    for (int i = 0; i < n; ++i) {
+        const InferenceSession& s = *sessions[static_cast<size_t>(i)];
+        require(&s.model_ == &workspace.model_, "inference: a batch runs sessions of one model");
+        require(s.cache_.length < s.cache_.max_seq, "inference: a sequence of the batch has a full context");
+        require(s.cache_.max_seq <= workspace.cache_.max_seq,
+                "inference: a sequence of the batch is longer than the first (whose RoPE table the batch uses)");
+        for (int j = 0; j < i; ++j)
+            require(sessions[static_cast<size_t>(j)] != &s, "inference: a session appears twice in one batch");
+    }
+    workspace.targets_.clear();
+    for (InferenceSession* s : sessions) workspace.targets_.push_back({&s->cache_, s->cache_.length});
+    workspace.fresh_prompt_ = false;
+    workspace.one_row_products_ = true;
+    workspace.forward(tokens, n, LogitRows::all);
+    for (InferenceSession* s : sessions) ++s->cache_.length;
+    return workspace.logits_.data();
 }
 
 }  // namespace dqt

@@ -18,6 +18,7 @@
 // Every output element is computed by one thread in a fixed order: the logits do not depend
 // on the thread count (test).
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct KvCache {
     size_t bytes() const;
 };
 
+// The bytes a KvCache of max_seq positions allocates, known before it does.
+double kv_cache_bytes(const ModelConfig& config, int max_seq, KvCacheType type);
+
 enum class LogitRows { all, last };
 
 // One sequence: a KV cache and the scratch of its forward passes (category scratch, grown to
@@ -67,6 +71,16 @@ public:
     // until the next call. dqt::Error (nothing changed) for a token outside the vocabulary or
     // a sequence longer than max_seq.
     const float* run(const int32_t* tokens, int n, LogitRows rows);
+
+    // One decode step of several sequences together: tokens[i] runs in sessions[i] at that
+    // session's next position, against its own KV cache, and every weight is read once for
+    // all of them (the products take one activation row per sequence). Returns the next-token
+    // logits (n, V), row i for sessions[i], valid until sessions[0]'s next run, whose scratch
+    // the step uses. Each row's logits are those of sessions[i]->run(&tokens[i], 1), bit for
+    // bit (test): integer products are exact, and dense ones (fp weights, an fp head) run a
+    // row at a time, as a single decode does, so they round alike whatever shares the batch. dqt::Error (nothing changed) for a session listed twice, a full one, one
+    // longer than sessions[0], or a token outside the vocabulary.
+    static const float* run_batch(std::span<InferenceSession* const> sessions, const int32_t* tokens);
 
     int position() const { return cache_.length; }
     int max_seq() const { return cache_.max_seq; }
@@ -122,6 +136,14 @@ private:
     // normed, then into quantized when `product` runs on the integer kernels.
     ProductInput prepare_input(const float* rows, const float* gain, int cols, const InferenceLinear& product,
                                float* normed, Int8Rows& quantized, const RowShare& share);
+    // Where row i of a run goes: the cache it is stored in and attends over, at position pos.
+    struct RowTarget {
+        KvCache* cache;
+        int pos;
+    };
+    // The forward of n rows bound for targets_ (run: this session's next positions; run_batch:
+    // one row per session), their logits into logits_; the caches' lengths are the caller's.
+    void forward(const int32_t* tokens, int n, LogitRows rows);
     // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
     // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then att_.
     void attend(int layer, int n, int kv_begin, int kv_end, int thread);
@@ -131,6 +153,9 @@ private:
     const InferenceModel& model_;
     KvCache cache_;
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
+    std::vector<RowTarget> targets_;  // (n) of the run under way
+    bool fresh_prompt_ = false;       // the run is one sequence from position 0: attention_forward_heads
+    bool one_row_products_ = false;   // a batch: dense products row by row (integer ones are exact anyway)
     SpinBarrier team_barrier_;  // where run_blocks' threads meet
     int capacity_ = 0;          // tokens the scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team

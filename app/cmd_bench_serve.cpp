@@ -1,0 +1,161 @@
+// `dqt bench serve`: what continuous batching gains. The server's engine (serve/engine.h) runs
+// S streams at once, every live sequence's next token in one batch that reads the weights
+// once; this times S = 1, 2, 4, ... streams of greedy decoding on one model, in this process
+// (no HTTP), and reports the aggregate and per-stream decode rate. The prompt's share is
+// measured on its own (each stream's prompt plus one token) and taken out, so the figures are
+// decode steps only.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "model_files.h"
+#include "core/cpu_cache.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/tokenizer.h"
+#include "infer/inference_model.h"
+#include "serve/engine.h"
+
+namespace dqt::cli {
+
+namespace {
+
+struct BenchServeArgs {
+    std::string model_path;  // a checkpoint or GGUF; empty: a random model of the flags' shape
+    ModelConfig model_flags;
+    std::string config_path;
+    std::string bits = "1.58";
+    std::vector<int> streams = {1, 2, 4, 8};
+    int prompt_tokens = 16;
+    int decode_tokens = 64;
+    int repeats = 2;
+    int threads = 1;
+    bool json = false;
+};
+
+// Seconds for `streams` requests of `max_tokens` each, submitted together, to all end.
+double time_streams(const InferenceModel& model, const Tokenizer& tokenizer, int streams, int prompt_tokens,
+                    int max_tokens) {
+    Engine engine(model, tokenizer,
+                  EngineOptions{streams, 0, prompt_tokens + max_tokens, KvCacheType::f32});
+    std::vector<GenerationRequest> requests(static_cast<size_t>(streams));
+    for (int s = 0; s < streams; ++s) {
+        GenerationRequest& r = requests[static_cast<size_t>(s)];
+        for (int i = 0; i < prompt_tokens; ++i)
+            r.prompt.push_back(static_cast<int32_t>((i * 131 + s * 17 + 7) % model.config.vocab_size));
+        r.max_tokens = max_tokens;
+        r.sampling.temperature = 0.0f;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<RequestStream>> running;
+    for (GenerationRequest& r : requests) running.push_back(engine.submit(std::move(r)));
+    for (const auto& stream : running) {
+        require(stream != nullptr, "bench serve: the engine refused a stream");
+        StreamUpdate update;
+        while (!(stream->next(update, std::chrono::milliseconds(1000)) && update.done)) {
+        }
+        require(update.error.empty(), "bench serve: " + update.error);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+void add_bench_serve_command(CLI::App& bench) {
+    auto args = std::make_shared<BenchServeArgs>();
+    args->model_flags = bench_model_config();
+    CLI::App* command = bench.add_subcommand(
+        "serve", "decode tokens/s of dqt serve's engine with 1, 2, 4, ... streams batched (default: a random 154M ternary model)");
+    command->add_option("model", args->model_path, "a checkpoint or GGUF file (default: a random model)");
+    add_model_flags(*command, args->model_flags, args->config_path);
+    command->add_option("--bits", args->bits, "code width of the random default model: 1.58 (ternary) or 2..8")
+        ->capture_default_str();
+    command->add_option("--streams", args->streams, "stream counts to time")
+        ->delimiter(',')
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->check(positive_whole_number());
+    command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length of each stream")
+        ->check(positive_whole_number())
+        ->capture_default_str();
+    command->add_option("--decode-tokens", args->decode_tokens, "tokens each stream generates")
+        ->check(CLI::Range(2, 1 << 20))
+        ->capture_default_str();
+    command->add_option("--repeats", args->repeats, "best of this many runs")->check(positive_whole_number())->capture_default_str();
+    command->add_option("--threads", args->threads, "compute threads")->check(positive_whole_number())->capture_default_str();
+    command->add_flag("--json", args->json, "print one JSON object");
+    command->callback([command, args] {
+        set_num_threads(args->threads);
+        std::unique_ptr<ModelParameters> parameters;
+        std::unique_ptr<Tokenizer> tokenizer;
+        if (args->model_path.empty()) {
+            MethodConfig method;
+            method.kind = Method::dqt;
+            method.grid = parse_code_grid(args->bits);
+            parameters = std::make_unique<ModelParameters>(
+                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config()), method);
+            parameters->initialize(1);
+            tokenizer = make_byte_tokenizer();
+        } else {
+            ModelFile loaded = load_model_file(args->model_path);
+            parameters = std::move(loaded.model);
+            tokenizer = std::move(loaded.tokenizer);
+        }
+        const InferenceModel model(*parameters);
+        parameters.reset();
+        require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
+                "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
+
+        const uint64_t cache_bytes = last_level_cache_bytes();
+        const size_t weight_bytes = model.weight_bytes_per_token();
+        nlohmann::json record = {{"bench", "serve"},
+                                 {"threads", args->threads},
+                                 {"parameters", model.config.parameter_count()},
+                                 {"method", model.method_label},
+                                 {"kernels", model.kernels_label()},
+                                 {"weight_bytes_per_step", weight_bytes},
+                                 {"last_level_cache_bytes", cache_bytes},
+                                 {"regime", weight_bytes <= cache_bytes ? "cache-resident" : "memory"},
+                                 {"prompt_tokens", args->prompt_tokens},
+                                 {"decode_tokens", args->decode_tokens},
+                                 {"runs", nlohmann::json::array()}};
+        double single_stream = 0;
+        for (const int streams : args->streams) {
+            double best = 0;
+            for (int r = 0; r < args->repeats; ++r) {
+                // Prompts plus one sampled token, then the whole run: the difference is the
+                // decode steps of tokens 2 .. decode_tokens.
+                const double prompt_only = time_streams(model, *tokenizer, streams, args->prompt_tokens, 1);
+                const double whole = time_streams(model, *tokenizer, streams, args->prompt_tokens, args->decode_tokens);
+                const double rate = streams * (args->decode_tokens - 1) / std::max(whole - prompt_only, 1e-9);
+                best = std::max(best, rate);
+            }
+            if (streams == 1) single_stream = best;
+            nlohmann::json run = {{"streams", streams},
+                                  {"decode_tokens_per_second", best},
+                                  {"per_stream_tokens_per_second", best / streams}};
+            if (single_stream > 0) run["speedup_over_one_stream"] = best / single_stream;
+            record["runs"].push_back(run);
+        }
+        if (args->json) {
+            std::printf("%s\n", record.dump().c_str());
+            return;
+        }
+        std::printf("bench serve: %s, %.0fM parameters, %.1f MB of weights a step (%s; last-level cache %.0f MiB), %d thread(s)\n",
+                    model.method_label.c_str(), model.config.parameter_count() / 1e6, weight_bytes / 1e6,
+                    record["regime"].get<std::string>().c_str(), cache_bytes / 1048576.0, args->threads);
+        std::printf("%8s %14s %18s %10s\n", "streams", "decode tok/s", "per stream tok/s", "speedup");
+        for (const nlohmann::json& run : record["runs"]) {
+            std::printf("%8d %14.1f %18.1f %10s\n", run["streams"].get<int>(), run["decode_tokens_per_second"].get<double>(),
+                        run["per_stream_tokens_per_second"].get<double>(),
+                        run.contains("speedup_over_one_stream")
+                            ? (std::to_string(run["speedup_over_one_stream"].get<double>()).substr(0, 4) + "x").c_str()
+                            : "-");
+        }
+    });
+}
+
+}  // namespace dqt::cli

@@ -1,0 +1,88 @@
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "model_files.h"
+#include "core/parallel.h"
+#include "infer/inference_model.h"
+#include "serve/engine.h"
+#include "serve/http_server.h"
+
+namespace dqt::cli {
+
+namespace {
+struct ServeArgs {
+    std::string model;
+    std::string name;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    int threads = 0;
+    EngineOptions engine;
+    std::string kv_cache = "f32";
+};
+
+// The id clients name the model by: the file's name without its extension, or the run
+// folder's name for a training checkpoint (runs/NAME/checkpoint.dqt).
+std::string default_model_name(const std::string& path) {
+    const std::filesystem::path p(path);
+    if (p.filename() == "checkpoint.dqt" && p.has_parent_path() && !p.parent_path().filename().empty())
+        return p.parent_path().filename().string();
+    return p.stem().string();
+}
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto args = std::make_shared<ServeArgs>();
+    CLI::App* command = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
+    command->add_option("model,--model", args->model, "checkpoint or GGUF file")->required();
+    command->add_option("--name", args->name, "the model id clients use (default: from the file name)");
+    command->add_option("--host", args->host, "address to listen on")->capture_default_str();
+    command->add_option("--port", args->port, "port to listen on (0 = any free port)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
+    command->add_option("--parallel", args->engine.parallel, "sequences generated at once (slots)")
+        ->check(positive_whole_number())
+        ->capture_default_str();
+    command->add_option("--queue", args->engine.queue, "requests that may wait for a slot (then 503)")
+        ->check(non_negative_whole_number())
+        ->capture_default_str();
+    command->add_option("--context", args->engine.context, "positions of each slot's KV cache (0 = the model's)")
+        ->check(non_negative_whole_number())
+        ->capture_default_str();
+    add_kv_cache_flag(*command, args->kv_cache);
+    add_threads_flag(*command, args->threads);
+    command->callback([args] {
+        set_num_threads(args->threads);
+        args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
+        ModelFile loaded = load_model_file(args->model);
+        const InferenceModel model(*loaded.model);
+        loaded.model.reset();  // the inference model holds the one copy of the weights
+        Engine engine(model, *loaded.tokenizer, args->engine);
+        const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;
+        ApiServer server(engine, *loaded.tokenizer, name);
+
+        // SIGINT and SIGTERM end the server from a thread of their own (stop() is not
+        // async-signal-safe); blocked before any other thread starts, so only it receives them.
+        sigset_t signals;
+        sigemptyset(&signals);
+        sigaddset(&signals, SIGINT);
+        sigaddset(&signals, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        const int port = server.bind(args->host, args->port);
+        std::thread on_signal([&] {
+            int received = 0;
+            sigwait(&signals, &received);
+            server.stop();
+        });
+        std::fprintf(stderr, "dqt serve: %s on http://%s:%d/v1 (%d slots of %d positions, kernels: %s)\n",
+                     name.c_str(), args->host.c_str(), port, engine.parallel(), engine.context(),
+                     model.kernels_label().c_str());
+        server.serve();
+        pthread_kill(on_signal.native_handle(), SIGTERM);  // server.stop() ran, or listening failed
+        on_signal.join();
+    });
+}
+
+}  // namespace dqt::cli

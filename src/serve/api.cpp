@@ -1,0 +1,218 @@
+#include "serve/api.h"
+
+namespace dqt {
+
+ApiError::ApiError(int status, std::string type, const std::string& message, std::string param)
+    : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+
+nlohmann::json ApiError::body() const {
+    return {{"error",
+             {{"message", what()},
+              {"type", type_},
+              {"param", param_.empty() ? nlohmann::json(nullptr) : nlohmann::json(param_)},
+              {"code", nullptr}}}};
+}
+
+namespace {
+
+ApiError invalid(const std::string& message, const std::string& param = "") {
+    return ApiError(400, "invalid_request_error", message, param);
+}
+
+const char* type_name(const nlohmann::json& value) { return value.type_name(); }
+
+// body[key] when present and not null; ApiError when it has another type than `check` accepts.
+template <typename Check>
+const nlohmann::json* field(const nlohmann::json& body, const char* key, Check check, const char* expected) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return nullptr;
+    if (!check(*it))
+        throw invalid(std::string("'") + key + "' must be " + expected + ", got " + type_name(*it), key);
+    return &*it;
+}
+
+bool is_integer(const nlohmann::json& v) { return v.is_number_integer(); }
+bool is_number(const nlohmann::json& v) { return v.is_number(); }
+
+double number_in(const nlohmann::json& body, const char* key, double fallback, double low, double high,
+                 const char* range) {
+    const nlohmann::json* v = field(body, key, is_number, "a number");
+    if (!v) return fallback;
+    const double x = v->get<double>();
+    if (!(x >= low && x <= high)) throw invalid(std::string("'") + key + "' must be " + range, key);
+    return x;
+}
+
+std::vector<std::string> stop_strings(const nlohmann::json& body) {
+    const auto it = body.find("stop");
+    if (it == body.end() || it->is_null()) return {};
+    std::vector<std::string> stop;
+    if (it->is_string()) {
+        stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 4) {
+        for (const nlohmann::json& s : *it) {
+            if (!s.is_string()) throw invalid("'stop' must be a string or an array of up to 4 strings", "stop");
+            stop.push_back(s.get<std::string>());
+        }
+    } else {
+        throw invalid("'stop' must be a string or an array of up to 4 strings", "stop");
+    }
+    for (const std::string& s : stop) {
+        if (s.empty()) throw invalid("'stop' strings must not be empty", "stop");
+    }
+    return stop;
+}
+
+}  // namespace
+
+std::string apply_chat_template(const nlohmann::json& messages) {
+    if (!messages.is_array() || messages.empty())
+        throw invalid("'messages' must be a non-empty array of {role, content} objects", "messages");
+    std::string prompt;
+    for (const nlohmann::json& m : messages) {
+        if (!m.is_object()) throw invalid("each message must be an object with 'role' and 'content'", "messages");
+        const auto role = m.find("role"), content = m.find("content");
+        if (role == m.end() || !role->is_string() ||
+            (*role != "system" && *role != "user" && *role != "assistant"))
+            throw invalid("each message's 'role' must be \"system\", \"user\" or \"assistant\"", "messages");
+        if (content == m.end() || !content->is_string())
+            throw invalid("each message's 'content' must be a string", "messages");
+        prompt += "<|" + role->get<std::string>() + "|>\n" + content->get<std::string>() + "\n";
+    }
+    return prompt + "<|assistant|>\n";
+}
+
+CompletionCall parse_completion_request(const std::string& text, bool chat, const std::string& model_name,
+                                        const Tokenizer& tokenizer, const Engine& engine) {
+    nlohmann::json body;
+    try {
+        body = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception&) {
+        throw invalid("the request body is not valid JSON");
+    }
+    if (!body.is_object()) throw invalid("the request body must be a JSON object");
+    if (const nlohmann::json* model = field(body, "model", [](const auto& v) { return v.is_string(); }, "a string")) {
+        if (*model != model_name)
+            throw ApiError(404, "invalid_request_error",
+                           "The model '" + model->get<std::string>() + "' does not exist: this server serves '" +
+                               model_name + "'",
+                           "model");
+    }
+    if (const nlohmann::json* n = field(body, "n", is_integer, "an integer"); n && *n != 1)
+        throw invalid("'n' must be 1: one choice per request", "n");
+
+    CompletionCall call;
+    call.chat = chat;
+    std::string prompt;
+    if (chat) {
+        const auto messages = body.find("messages");
+        if (messages == body.end()) throw invalid("'messages' is required", "messages");
+        prompt = apply_chat_template(*messages);
+    } else {
+        const auto p = body.find("prompt");
+        if (p == body.end() || !p->is_string())
+            throw invalid("'prompt' is required and must be a string (one prompt per request)", "prompt");
+        prompt = p->get<std::string>();
+    }
+    GenerationRequest& g = call.generation;
+    g.prompt = tokenizer.encode(prompt);
+    if (g.prompt.empty()) throw invalid("the prompt is empty", chat ? "messages" : "prompt");
+    const int room = engine.context() - static_cast<int>(g.prompt.size());
+    if (room < 1)
+        throw invalid("the prompt is " + std::to_string(g.prompt.size()) + " tokens, but the context holds " +
+                          std::to_string(engine.context()) + " with room for at least one new token",
+                      chat ? "messages" : "prompt");
+    // Chat answers run to their turn's end by default; completions stop at 16 tokens, as OpenAI's.
+    const int default_tokens = chat ? room : std::min(16, room);
+    const char* max_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    g.max_tokens = default_tokens;
+    if (const nlohmann::json* m = field(body, max_key, is_integer, "an integer")) {
+        const int64_t asked = m->get<int64_t>();
+        if (asked < 1 || asked > room)
+            throw invalid(std::string("'") + max_key + "' must be from 1 to " + std::to_string(room) +
+                              " (the context left after the prompt), got " + std::to_string(asked),
+                          max_key);
+        g.max_tokens = static_cast<int>(asked);
+    }
+    g.sampling.temperature = static_cast<float>(number_in(body, "temperature", g.sampling.temperature, 0.0, 2.0,
+                                                          "a number from 0 to 2"));
+    g.sampling.top_p = static_cast<float>(number_in(body, "top_p", g.sampling.top_p, 0.0, 1.0,
+                                                    "a number in (0, 1]"));
+    if (g.sampling.top_p <= 0.0f) throw invalid("'top_p' must be a number in (0, 1]", "top_p");
+    if (const nlohmann::json* k = field(body, "top_k", is_integer, "an integer")) {
+        if (*k < 0 || *k > tokenizer.vocab_size())
+            throw invalid("'top_k' must be from 0 (all tokens) to the vocabulary's " +
+                              std::to_string(tokenizer.vocab_size()),
+                          "top_k");
+        g.sampling.top_k = k->get<int>();
+    }
+    if (const nlohmann::json* s = field(body, "seed", is_integer, "an integer")) {
+        if (*s < 0) throw invalid("'seed' must not be negative", "seed");
+        g.sampling.seed = s->get<uint64_t>();
+    }
+    g.stop = stop_strings(body);
+    if (chat) g.stop.push_back(kChatTurnEnd);
+    if (const nlohmann::json* s = field(body, "stream", [](const auto& v) { return v.is_boolean(); }, "a boolean"))
+        call.stream = s->get<bool>();
+    const std::string problem = engine.check_request(g);
+    if (!problem.empty()) throw invalid(problem);
+    return call;
+}
+
+const char* api_finish_reason(FinishReason reason) { return reason == FinishReason::stop ? "stop" : "length"; }
+
+namespace {
+
+nlohmann::json envelope(const CompletionCall& call, const std::string& id, const std::string& model_name,
+                        int64_t created, bool chunk) {
+    const char* object = call.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return {{"id", id}, {"object", object}, {"created", created}, {"model", model_name}};
+}
+
+nlohmann::json usage(const StreamUpdate& end) {
+    return {{"prompt_tokens", end.prompt_tokens},
+            {"completion_tokens", end.completion_tokens},
+            {"total_tokens", end.prompt_tokens + end.completion_tokens}};
+}
+
+}  // namespace
+
+nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
+                                   int64_t created, const std::string& text, const StreamUpdate& end) {
+    nlohmann::json response = envelope(call, id, model_name, created, false);
+    nlohmann::json choice = {{"index", 0}, {"finish_reason", api_finish_reason(end.reason)}};
+    if (call.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+        choice["text"] = text;
+        choice["logprobs"] = nullptr;
+    }
+    response["choices"] = nlohmann::json::array({choice});
+    response["usage"] = usage(end);
+    return response;
+}
+
+nlohmann::json completion_chunk(const CompletionCall& call, const std::string& id, const std::string& model_name,
+                                 int64_t created, const std::string& text, const StreamUpdate* end, bool first) {
+    nlohmann::json chunk = envelope(call, id, model_name, created, true);
+    nlohmann::json choice = {{"index", 0},
+                             {"finish_reason", end ? nlohmann::json(api_finish_reason(end->reason)) : nullptr}};
+    if (call.chat) {
+        nlohmann::json delta = nlohmann::json::object();
+        if (first) delta["role"] = "assistant";
+        if (!end) delta["content"] = text;
+        choice["delta"] = delta;
+    } else {
+        choice["text"] = text;
+        choice["logprobs"] = nullptr;
+    }
+    chunk["choices"] = nlohmann::json::array({choice});
+    if (end) chunk["usage"] = usage(*end);
+    return chunk;
+}
+
+std::string dump_json(const nlohmann::json& value) {
+    return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace dqt

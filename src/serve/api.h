@@ -1,0 +1,61 @@
+#pragma once
+// The OpenAI-style API's JSON: requests parsed and checked into a GenerationRequest, responses
+// and stream chunks built, errors shaped as OpenAI's ({"error": {"message", "type", "param",
+// "code"}}) with the HTTP status to answer. No HTTP here (serve/http_server.h).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "serve/engine.h"
+
+namespace dqt {
+
+// A request the server refuses: its HTTP status (4xx, or 503 when busy) and OpenAI's error body.
+class ApiError : public std::runtime_error {
+public:
+    ApiError(int status, std::string type, const std::string& message, std::string param = "");
+    int status() const { return status_; }
+    nlohmann::json body() const;
+
+private:
+    int status_;
+    std::string type_, param_;
+};
+
+// What a completion request asks for, checked against the engine (context, vocabulary).
+struct CompletionCall {
+    GenerationRequest generation;
+    bool stream = false;
+    bool chat = false;
+};
+
+// The chat template, the one dqt uses for every model (documented in docs/serve.md):
+//   "<|system|>\n...\n<|user|>\n...\n<|assistant|>\n" (one block per message, then the
+// assistant's header), and "\n<|" ends the assistant's turn (an implicit stop string).
+std::string apply_chat_template(const nlohmann::json& messages);
+inline constexpr const char* kChatTurnEnd = "\n<|";
+
+// Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
+// for a model this server does not serve) for anything malformed or out of range.
+CompletionCall parse_completion_request(const std::string& body, bool chat, const std::string& model_name,
+                                        const Tokenizer& tokenizer, const Engine& engine);
+
+// OpenAI's finish_reason: "stop" for a stop string, "length" for max_tokens or a full context.
+const char* api_finish_reason(FinishReason reason);
+
+// A whole response, and one stream chunk (text, or the final one with a finish reason; a chat
+// stream's first chunk also names the role).
+nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
+                                   int64_t created, const std::string& text, const StreamUpdate& end);
+nlohmann::json completion_chunk(const CompletionCall& call, const std::string& id, const std::string& model_name,
+                                int64_t created, const std::string& text, const StreamUpdate* end, bool first);
+
+// JSON text of a value that may hold bytes that are not UTF-8 (a byte-level model can
+// generate any): invalid sequences become U+FFFD instead of an exception.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace dqt

@@ -1,0 +1,196 @@
+#include "serve/engine.h"
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+
+namespace dqt {
+
+bool RequestStream::next(StreamUpdate& update, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !updates_.empty(); })) return false;
+    update = std::move(updates_.front());
+    updates_.pop_front();
+    return true;
+}
+
+void RequestStream::push(StreamUpdate update) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        updates_.push_back(std::move(update));
+    }
+    ready_.notify_one();
+}
+
+Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : tokenizer_(tokenizer),
+      context_(options.context == 0 ? model.config.seq_len : options.context),
+      queue_limit_(options.queue) {
+    require(options.parallel >= 1, "--parallel must be at least 1, got " + std::to_string(options.parallel));
+    require(options.queue >= 0, "--queue must not be negative, got " + std::to_string(options.queue));
+    require(context_ >= 2 && context_ <= model.config.seq_len,
+            "--context must be from 2 to the model's " + std::to_string(model.config.seq_len) + " positions, got " +
+                std::to_string(context_));
+    const double pool = options.parallel * kv_cache_bytes(model.config, context_, options.cache_type);
+    require(pool <= 0.8 * static_cast<double>(physical_memory_bytes()),
+            std::to_string(options.parallel) + " slots of " + std::to_string(context_) + " positions need " +
+                format_number(pool / (1 << 30)) + " GiB of KV cache, more than 80% of this machine's " +
+                format_number(static_cast<double>(physical_memory_bytes()) / (1 << 30)) +
+                " GiB: lower --parallel or --context, or use --kv-cache f16");
+    slots_.resize(static_cast<size_t>(options.parallel));
+    for (Slot& slot : slots_) slot.session = std::make_unique<InferenceSession>(model, context_, options.cache_type);
+    // A new thread starts with OpenMP's default team size, not the one --threads set here.
+    worker_ = std::thread([this, threads = num_threads()] {
+        set_num_threads(threads);
+        run();
+    });
+}
+
+Engine::~Engine() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    work_.notify_all();
+    worker_.join();
+}
+
+std::string Engine::check_request(const GenerationRequest& request) const {
+    if (request.prompt.empty()) return "the prompt is empty";
+    if (static_cast<int>(request.prompt.size()) >= context_)
+        return "the prompt is " + std::to_string(request.prompt.size()) + " tokens, but the context holds " +
+               std::to_string(context_) + " with room for at least one new token";
+    for (const int32_t token : request.prompt) {
+        if (token < 0 || token >= tokenizer_.vocab_size())
+            return "token " + std::to_string(token) + " is outside the vocabulary of " +
+                   std::to_string(tokenizer_.vocab_size());
+    }
+    if (request.max_tokens < 0) return "max_tokens must not be negative";
+    try {
+        request.sampling.validate();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    for (const std::string& s : request.stop) {
+        if (s.empty()) return "a stop string must not be empty";
+    }
+    return "";
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+    auto stream = std::make_shared<RequestStream>();
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        int free_slots = 0;
+        for (const Slot& slot : slots_) free_slots += slot.busy ? 0 : 1;
+        if (static_cast<int>(queue_.size()) >= free_slots + queue_limit_) return nullptr;
+        queue_.push_back({std::move(request), stream});
+    }
+    work_.notify_one();
+    return stream;
+}
+
+int Engine::live() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int busy = 0;
+    for (const Slot& slot : slots_) busy += slot.busy ? 1 : 0;
+    return busy;
+}
+
+int Engine::waiting() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(queue_.size());
+}
+
+void Engine::release(Slot& slot) {
+    slot.generation.reset();
+    slot.work = Pending{};
+    std::lock_guard<std::mutex> lock(mutex_);
+    slot.busy = false;
+}
+
+void Engine::finish(Slot& slot, StreamUpdate update) {
+    // The slot is freed before its stream's last update, so a client that saw the end finds
+    // the slot free.
+    const std::shared_ptr<RequestStream> stream = slot.work.stream;
+    update.done = true;
+    if (slot.generation) {
+        update.reason = slot.generation->reason();
+        update.prompt_tokens = slot.generation->prompt_tokens();
+        update.completion_tokens = slot.generation->generated_tokens();
+    }
+    release(slot);
+    stream->push(std::move(update));
+}
+
+void Engine::step_all() {
+    // Requests whose client left are dropped; new ones run their prompt.
+    for (Slot& slot : slots_) {
+        if (!slot.work.stream) continue;
+        if (slot.work.stream->cancelled()) {
+            ++cancelled_;
+            release(slot);
+            continue;
+        }
+        if (slot.generation) continue;
+        GenerationRequest& r = slot.work.request;
+        try {
+            slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
+                                                           r.max_tokens, r.sampling, std::move(r.stop));
+        } catch (const Error& e) {
+            StreamUpdate failed;
+            failed.error = e.what();
+            finish(slot, std::move(failed));
+            continue;
+        }
+        if (slot.generation->finished()) finish(slot, {});
+    }
+    // Every live sequence samples its next token; those that go on run them in one batch.
+    std::vector<Slot*> running;
+    std::vector<InferenceSession*> sessions;
+    std::vector<int32_t> tokens;
+    for (Slot& slot : slots_) {
+        if (!slot.generation) continue;
+        StreamUpdate piece;
+        piece.text = slot.generation->sample();
+        if (slot.generation->finished()) {
+            finish(slot, std::move(piece));
+            continue;
+        }
+        if (!piece.text.empty()) slot.work.stream->push(std::move(piece));
+        running.push_back(&slot);
+        sessions.push_back(&slot.generation->session());
+        tokens.push_back(slot.generation->pending_token());
+    }
+    if (running.empty()) return;
+    const float* logits = InferenceSession::run_batch(sessions, tokens.data());
+    const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
+    for (size_t i = 0; i < running.size(); ++i) running[i]->generation->accept(logits + i * vocab);
+}
+
+void Engine::run() {
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            // Waiting requests take free slots in arrival order.
+            for (Slot& slot : slots_) {
+                if (slot.busy || queue_.empty()) continue;
+                slot.work = std::move(queue_.front());
+                queue_.pop_front();
+                slot.busy = true;
+            }
+            const auto any_busy = [&] {
+                for (const Slot& slot : slots_)
+                    if (slot.busy) return true;
+                return false;
+            };
+            work_.wait(lock, [&] { return stopping_ || any_busy() || !queue_.empty(); });
+            if (stopping_) return;
+            if (!any_busy()) continue;
+        }
+        // Only this thread changes a busy slot, so the steps run unlocked.
+        step_all();
+    }
+}
+
+}  // namespace dqt

@@ -1,0 +1,123 @@
+#pragma once
+// The server's generation engine (continuous batching): up to `parallel` sequences live at
+// once, each in a slot with its own KV cache from a pool allocated (and checked against
+// memory) at start-up, and a bounded queue of requests waiting for a slot. One worker thread
+// runs steps: a request that just took a slot runs its prompt, then every live sequence's next
+// token runs in one batch (InferenceSession::run_batch), so the weights are read once per step
+// for all of them; a request that ends or is cancelled frees its slot at once, and a waiting
+// one takes it at the next step.
+//
+// Each sequence is a Generation (infer/generation.h), the class `dqt generate` runs, and a
+// batch's logits are each sequence's own, bit for bit: a request gives the tokens the command
+// gives, alone or beside others (test).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "infer/generation.h"
+#include "infer/inference_model.h"
+
+namespace dqt {
+
+struct EngineOptions {
+    int parallel = 4;   // slots: sequences live at once
+    int queue = 16;     // requests that may wait for a slot
+    int context = 0;    // positions of each slot's KV cache; 0 = the model's seq_len
+    KvCacheType cache_type = KvCacheType::f32;
+};
+
+struct GenerationRequest {
+    std::vector<int32_t> prompt;  // at least one token, fewer than the context
+    int max_tokens = 16;
+    SamplingOptions sampling;
+    std::vector<std::string> stop;
+};
+
+// One update of a request's stream: a piece of text, or the end (with the reason and counts),
+// or an error that ended it.
+struct StreamUpdate {
+    std::string text;
+    bool done = false;
+    FinishReason reason = FinishReason::running;
+    int prompt_tokens = 0, completion_tokens = 0;
+    std::string error;  // non-empty: the request failed
+};
+
+// The channel between the engine (producer) and one request's HTTP handler (consumer).
+class RequestStream {
+public:
+    // The next update, waiting up to `timeout`; false when none came.
+    bool next(StreamUpdate& update, std::chrono::milliseconds timeout);
+    // The client went away: the engine drops the request at its next step.
+    void cancel() { cancelled_ = true; }
+    bool cancelled() const { return cancelled_; }
+    void push(StreamUpdate update);
+
+private:
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<StreamUpdate> updates_;
+    std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+public:
+    // Allocates the slots' caches; dqt::Error when they do not fit in memory or the options are
+    // impossible (parallel < 1, queue < 0, a context beyond the model's).
+    Engine(const InferenceModel& model, const Tokenizer& tokenizer, const EngineOptions& options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // The request's stream, or nullptr when every slot is busy and the queue is full. The
+    // request must already be valid for this engine (check_request).
+    std::shared_ptr<RequestStream> submit(GenerationRequest request);
+    // An empty string, or why `request` cannot run here (a prompt that leaves no room, ...).
+    std::string check_request(const GenerationRequest& request) const;
+
+    int context() const { return context_; }
+    int parallel() const { return static_cast<int>(slots_.size()); }
+    int live() const;    // sequences in slots now
+    int waiting() const;  // requests in the queue
+    int64_t cancelled() const { return cancelled_; }  // requests dropped because their client left
+
+private:
+    struct Pending {
+        GenerationRequest request;
+        std::shared_ptr<RequestStream> stream;
+    };
+    struct Slot {
+        std::unique_ptr<InferenceSession> session;
+        std::unique_ptr<Generation> generation;  // null while the slot is free or before its prompt ran
+        Pending work;
+        bool busy = false;
+    };
+    void run();
+    // One step of every busy slot: a new request's prompt, then for all live sequences the
+    // next token, run together in one batch; frees each slot whose request ends.
+    void step_all();
+    // Ends the slot's request with `update` (its end, or an error) and frees the slot.
+    void finish(Slot& slot, StreamUpdate update);
+    void release(Slot& slot);
+
+    const Tokenizer& tokenizer_;
+    const int context_;
+    const int queue_limit_;
+    std::vector<Slot> slots_;
+    mutable std::mutex mutex_;  // guards queue_, the busy flags and stopping_
+    std::condition_variable work_;
+    std::deque<Pending> queue_;
+    bool stopping_ = false;
+    std::atomic<int64_t> cancelled_{0};
+    std::thread worker_;
+};
+
+}  // namespace dqt

@@ -1,0 +1,348 @@
+// `dqt serve`: stop strings, the engine's slots and queue, and the HTTP API as a client sees
+// it. A request must give exactly the tokens `dqt generate` (generate_text) gives for the same
+// prompt and options, whether it runs alone or beside seven others.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "infer/generate.h"
+#include "infer/generation.h"
+#include "model/parameters.h"
+#include "serve/api.h"
+#include "serve/engine.h"
+#include "serve/http_server.h"
+
+using namespace dqt;
+using nlohmann::json;
+
+namespace {
+
+// A random ternary dqt model over bytes: its text is noise, but noise that the engine and
+// generate_text must reproduce identically.
+struct TestModel {
+    std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
+    std::unique_ptr<InferenceModel> model;
+    explicit TestModel(int seq_len) {
+        ModelConfig c;
+        c.dim = 32;
+        c.n_layers = 2;
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.ffn_dim = 48;
+        c.vocab_size = 256;
+        c.seq_len = seq_len;
+        c.init_std = 0.2f;
+        MethodConfig m;
+        m.kind = Method::dqt;
+        ModelParameters parameters(c, m);
+        parameters.initialize(11);
+        model = std::make_unique<InferenceModel>(parameters);
+    }
+};
+
+const TestModel& test_model() {
+    static const TestModel model(64);
+    return model;
+}
+
+SamplingOptions sampling(float temperature, uint64_t seed) {
+    SamplingOptions s;
+    s.temperature = temperature;
+    s.seed = seed;
+    return s;
+}
+
+GenerationRequest request(const std::string& prompt, int max_tokens, const SamplingOptions& s,
+                          std::vector<std::string> stop = {}) {
+    GenerationRequest r;
+    r.prompt = test_model().tokenizer->encode(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling = s;
+    r.stop = std::move(stop);
+    return r;
+}
+
+// Everything a stream delivers, to its end.
+std::pair<std::string, StreamUpdate> drain(RequestStream& stream) {
+    std::string text;
+    StreamUpdate update;
+    for (;;) {
+        if (!stream.next(update, std::chrono::milliseconds(20000))) ADD_FAILURE() << "the stream stalled";
+        text += update.text;
+        if (update.done) return {text, update};
+    }
+}
+
+}  // namespace
+
+TEST(Serve, StopStringsEndTheTextBeforeThemAndAreNeverShown) {
+    const TestModel& m = test_model();
+    const GenerationResult free_run =
+        generate_text(*m.model, *m.tokenizer, "Stop here", 40, sampling(1.0f, 5), KvCacheType::f32);
+    ASSERT_EQ(free_run.generated_tokens, 40);
+    // A stop string from the middle of the text the run made: the text ends just before its
+    // first occurrence, and no piece ever showed a byte of it.
+    const std::string stop = free_run.text.substr(20, 3);
+    const size_t first = free_run.text.find(stop);
+    InferenceSession session(*m.model, 64);
+    Generation generation(session, *m.tokenizer, m.tokenizer->encode("Stop here"), 40, sampling(1.0f, 5), {stop, "\x01\x02\x03\x04"});
+    std::string shown;
+    while (!generation.finished()) shown += generation.step();
+    EXPECT_EQ(generation.reason(), FinishReason::stop);
+    EXPECT_EQ(generation.text(), free_run.text.substr(0, first));
+    EXPECT_EQ(shown, generation.text());
+    EXPECT_LT(generation.generated_tokens(), 40);
+    EXPECT_THROW(Generation(session, *m.tokenizer, {1, 2}, 4, sampling(0, 1), {""}), Error);
+}
+
+TEST(Serve, ARequestGivesTheTokensOfGenerateAloneAndBesideSevenOthers) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{8, 8, 0, KvCacheType::f32});
+    const std::vector<std::string> prompts = {"The state", "of the", "Union is", "strong",
+                                              "We hold", "these truths", "to be self", "evident"};
+    std::vector<GenerationResult> expected;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const SamplingOptions s = sampling(i % 2 == 0 ? 0.0f : 0.9f, 100 + i);  // greedy and sampled
+        expected.push_back(generate_text(*m.model, *m.tokenizer, prompts[i], 12 + static_cast<int>(i), s, KvCacheType::f32));
+    }
+    // Alone.
+    auto alone = engine.submit(request(prompts[0], 12, sampling(0.0f, 100)));
+    ASSERT_TRUE(alone);
+    const auto [alone_text, alone_end] = drain(*alone);
+    EXPECT_EQ(alone_text, expected[0].text);
+    EXPECT_EQ(alone_end.completion_tokens, 12);
+    EXPECT_EQ(alone_end.prompt_tokens, expected[0].prompt_tokens);
+    // Eight at once, interleaved token by token in the engine.
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        streams.push_back(engine.submit(
+            request(prompts[i], 12 + static_cast<int>(i), sampling(i % 2 == 0 ? 0.0f : 0.9f, 100 + i))));
+        ASSERT_TRUE(streams.back());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto [text, end] = drain(*streams[i]);
+        EXPECT_EQ(text, expected[i].text) << prompts[i];
+        EXPECT_EQ(end.reason, FinishReason::length);
+    }
+}
+
+TEST(Serve, AFullQueueRefusesAndACancelledRequestFreesItsSlot) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32});
+    auto first = engine.submit(request("a long one", 50, sampling(0.0f, 1)));
+    auto second = engine.submit(request("waits", 5, sampling(0.0f, 1)));
+    ASSERT_TRUE(first && second);
+    EXPECT_FALSE(engine.submit(request("no room", 5, sampling(0.0f, 1))));
+    first->cancel();
+    const auto [text, end] = drain(*second);  // runs once the first left its slot
+    EXPECT_EQ(end.completion_tokens, 5);
+    EXPECT_EQ(engine.live(), 0);
+    EXPECT_NE(engine.check_request(request(std::string(64, 'x'), 5, sampling(0, 1))), "");
+    EXPECT_THROW(Engine(*m.model, *m.tokenizer, EngineOptions{0, 1, 0, KvCacheType::f32}), Error);
+    EXPECT_THROW(Engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 65, KvCacheType::f32}), Error);
+}
+
+namespace {
+
+// A server on a free port of 127.0.0.1, serving from its own thread.
+struct RunningServer {
+    Engine engine;
+    ApiServer server;
+    int port = 0;
+    std::thread thread;
+    explicit RunningServer(int parallel, const TestModel& m = test_model())
+        : engine(*m.model, *m.tokenizer, EngineOptions{parallel, 0, 0, KvCacheType::f32}),
+          server(engine, *m.tokenizer, "tiny") {
+        port = server.bind("127.0.0.1", 0);
+        thread = std::thread([this] { server.serve(); });
+    }
+    ~RunningServer() {
+        server.stop();
+        thread.join();
+    }
+    // A POST whose response body arrives piece by piece (receive returns false to hang up).
+    httplib::Result post_streaming(const std::string& path, const std::string& body,
+                                   const std::function<bool(const char*, size_t)>& receive) const {
+        httplib::Request request;
+        request.method = "POST";
+        request.path = path;
+        request.body = body;
+        request.set_header("Content-Type", "application/json");
+        request.content_receiver = [receive](const char* data, size_t size, uint64_t, uint64_t) {
+            return receive(data, size);
+        };
+        return client().send(request);
+    }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(30);
+        return c;
+    }
+};
+
+}  // namespace
+
+TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
+    RunningServer s(1);
+    httplib::Client c = s.client();
+    struct Case {
+        std::string path, body;
+        int status;
+        std::string param;  // "" for none
+    };
+    const std::vector<Case> cases = {
+        {"/v1/completions", "{not json", 400, ""},
+        {"/v1/completions", "[1, 2]", 400, ""},
+        {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": "a", "model": "other"})", 404, "model"},
+        {"/v1/completions", R"({"prompt": "a", "max_tokens": "3"})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "a", "max_tokens": 0})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "a", "max_tokens": 64})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "a", "temperature": -1})", 400, "temperature"},
+        {"/v1/completions", R"({"prompt": "a", "top_p": 0})", 400, "top_p"},
+        {"/v1/completions", R"({"prompt": "a", "top_k": -2})", 400, "top_k"},
+        {"/v1/completions", R"({"prompt": "a", "seed": -2})", 400, "seed"},
+        {"/v1/completions", R"({"prompt": "a", "stop": [""]})", 400, "stop"},
+        {"/v1/completions", R"({"prompt": "a", "stop": 7})", 400, "stop"},
+        {"/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
+        {"/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n"},
+        {"/v1/completions", "{\"prompt\": \"" + std::string(64, 'x') + "\"}", 400, "prompt"},
+        {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "hi"}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 3}]})", 400, "messages"},
+        {"/tokenize", R"({"text": "a"})", 400, "content"},
+        {"/detokenize", R"({"tokens": [1, 256]})", 400, "tokens"},
+        {"/detokenize", R"({"tokens": "1"})", 400, "tokens"},
+        {"/no/such/route", "{}", 404, ""},
+    };
+    for (const Case& k : cases) {
+        SCOPED_TRACE(k.path + " " + k.body);
+        const auto res = c.Post(k.path, k.body, "application/json");
+        ASSERT_TRUE(res);
+        EXPECT_EQ(res->status, k.status);
+        const json body = json::parse(res->body);
+        ASSERT_TRUE(body.contains("error"));
+        EXPECT_FALSE(body["error"]["message"].get<std::string>().empty());
+        EXPECT_EQ(body["error"]["param"], k.param.empty() ? json(nullptr) : json(k.param));
+    }
+    const auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models && models->status == 200);
+    EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+    const auto health = c.Get("/health");
+    ASSERT_TRUE(health && health->status == 200);
+    EXPECT_EQ(json::parse(health->body)["status"], "ok");
+}
+
+TEST(Serve, CompletionsAndTheirStreamsGiveGeneratesText) {
+    RunningServer s(2);
+    httplib::Client c = s.client();
+    const TestModel& m = test_model();
+    const GenerationResult expected =
+        generate_text(*m.model, *m.tokenizer, "Hello", 10, sampling(0.7f, 42), KvCacheType::f32);
+    const json ask = {{"prompt", "Hello"}, {"max_tokens", 10}, {"temperature", 0.7}, {"seed", 42}, {"top_k", 40},
+                      {"top_p", 0.95}};
+    const auto whole = c.Post("/v1/completions", dump_json(ask), "application/json");
+    ASSERT_TRUE(whole && whole->status == 200) << (whole ? whole->body : "no response");
+    const json body = json::parse(whole->body);
+    // The model's bytes as JSON carries them: bytes that are not UTF-8 become U+FFFD.
+    const json expected_text = json::parse(dump_json(expected.text));
+    EXPECT_EQ(body["choices"][0]["text"], expected_text);
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(body["usage"]["completion_tokens"], 10);
+    EXPECT_EQ(body["usage"]["prompt_tokens"], expected.prompt_tokens);
+
+    json streamed = ask;
+    streamed["stream"] = true;
+    std::string events;
+    const auto res = s.post_streaming("/v1/completions", dump_json(streamed), [&](const char* data, size_t size) {
+        events.append(data, size);
+        return true;
+    });
+    ASSERT_TRUE(res);
+    std::string text, finish;
+    size_t at = 0;
+    bool done = false;
+    while ((at = events.find("data: ", at)) != std::string::npos) {
+        const size_t end = events.find("\n\n", at);
+        const std::string data = events.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") {
+            done = true;
+            continue;
+        }
+        const json chunk = json::parse(data);
+        text += chunk["choices"][0]["text"].get<std::string>();
+        if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(json(text), expected_text);
+    EXPECT_EQ(finish, "length");
+
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 6}, {"temperature", 0}};
+    const auto answer = c.Post("/v1/chat/completions", dump_json(chat), "application/json");
+    ASSERT_TRUE(answer && answer->status == 200);
+    const json reply = json::parse(answer->body);
+    const GenerationResult chat_expected =
+        generate_text(*m.model, *m.tokenizer, apply_chat_template(chat["messages"]), 6, sampling(0, 1),
+                      KvCacheType::f32, nullptr, {kChatTurnEnd});
+    EXPECT_EQ(reply["choices"][0]["message"]["content"], json::parse(dump_json(chat_expected.text)));
+    EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");
+}
+
+TEST(Serve, AClientThatDisconnectsMidStreamFreesItsSlot) {
+    // A long context, so the generation is still running when the hang-up is noticed.
+    static const TestModel long_model(4096);
+    RunningServer s(1, long_model);
+    httplib::Client c = s.client();
+    const json ask = {{"prompt", "Go on"}, {"max_tokens", 4000}, {"stream", true}, {"temperature", 0}};
+    int chunks = 0;
+    s.post_streaming("/v1/completions", dump_json(ask),
+                     [&](const char*, size_t) { return ++chunks < 2; });  // hang up after the first chunk
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (s.engine.live() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(s.engine.live(), 0);
+    EXPECT_EQ(s.engine.cancelled(), 1);
+    // The freed slot serves the next request.
+    const auto next = c.Post("/v1/completions", R"({"prompt": "again", "max_tokens": 3})", "application/json");
+    ASSERT_TRUE(next);
+    EXPECT_EQ(next->status, 200);
+}
+
+TEST(Serve, ABusyServerAnswers503WithRetryAfter) {
+    static const TestModel long_model(4096);
+    RunningServer s(1, long_model);  // one slot, no queue
+    std::promise<void> streaming;
+    std::promise<void> checked;
+    std::thread holder([&] {
+        bool first = true;
+        s.post_streaming("/v1/completions", R"({"prompt": "hold", "max_tokens": 4000, "stream": true})",
+                         [&](const char*, size_t) {
+                             if (first) {
+                                 first = false;
+                                 streaming.set_value();
+                                 checked.get_future().wait();
+                             }
+                             return false;
+                         });
+    });
+    streaming.get_future().wait();
+    const auto refused = s.client().Post("/v1/completions", R"({"prompt": "me too"})", "application/json");
+    checked.set_value();
+    holder.join();
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 503);
+    EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+    EXPECT_EQ(json::parse(refused->body)["error"]["type"], "server_busy");
+}

@@ -1,0 +1,40 @@
+// Drives a running `dqt serve` with OpenAI's own Node client (npm `openai`), as an application
+// would: lists the models, asks for a completion and a chat answer, streams both, and checks
+// that a malformed request comes back as the client's APIError with a 4xx status.
+//   npm install --prefix tools/openai-client && node tools/openai-client/check_serve.mjs http://127.0.0.1:8080/v1
+import OpenAI from "openai";
+
+const baseURL = process.argv[2] ?? "http://127.0.0.1:8080/v1";
+const client = new OpenAI({ baseURL, apiKey: "unused" });
+const fail = (message) => { console.error(`FAIL: ${message}`); process.exit(1); };
+
+const models = await client.models.list();
+const model = models.data[0]?.id ?? fail("no model listed");
+console.log(`model: ${model}`);
+
+const completion = await client.completions.create({ model, prompt: "The state of the Union", max_tokens: 24, temperature: 0 });
+console.log(`completion (${completion.choices[0].finish_reason}, ${completion.usage.completion_tokens} tokens): ${JSON.stringify(completion.choices[0].text)}`);
+
+let streamed = "";
+const stream = await client.completions.create({ model, prompt: "The state of the Union", max_tokens: 24, temperature: 0, stream: true });
+for await (const chunk of stream) streamed += chunk.choices[0]?.text ?? "";
+if (streamed !== completion.choices[0].text) fail(`the stream gave ${JSON.stringify(streamed)}`);
+console.log("streamed completion: the same text");
+
+const chat = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Say something." }], max_tokens: 24, temperature: 0.8, seed: 7 });
+console.log(`chat (${chat.choices[0].finish_reason}): ${JSON.stringify(chat.choices[0].message.content)}`);
+
+let chatStreamed = "";
+const chatStream = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Say something." }], max_tokens: 24, temperature: 0.8, seed: 7, stream: true });
+for await (const chunk of chatStream) chatStreamed += chunk.choices[0]?.delta?.content ?? "";
+if (chatStreamed !== chat.choices[0].message.content) fail(`the chat stream gave ${JSON.stringify(chatStreamed)}`);
+console.log("streamed chat: the same text");
+
+try {
+  await client.completions.create({ model, prompt: "x", max_tokens: 1_000_000 });
+  fail("max_tokens 1,000,000 was accepted");
+} catch (error) {
+  if (!(error instanceof OpenAI.APIError) || error.status !== 400) throw error;
+  console.log(`refused as the client expects: ${error.status} ${error.message}`);
+}
+console.log("ok");
