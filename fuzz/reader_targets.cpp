@@ -16,6 +16,9 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/parameters.h"
+#include "serve/api.h"
+#include "serve/engine.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::fuzz {
@@ -79,7 +82,8 @@ std::vector<uint8_t> with_valid_checksums(Reader reader, std::span<const uint8_t
         }
         case Reader::model_config:
         case Reader::corpus_text:
-        case Reader::safetensors: break;  // no checksum
+        case Reader::safetensors:
+        case Reader::api_request: break;  // no checksum
     }
     return bytes;
 }
@@ -247,13 +251,65 @@ Outcome read_safetensors(const std::string& path) {
         path);
 }
 
+// The model a request is checked against: a tiny random ternary model over bytes, 64 positions.
+struct RequestModel {
+    std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
+    std::unique_ptr<InferenceModel> model;
+    std::unique_ptr<Engine> engine;
+    RequestModel() {
+        ModelConfig c;
+        c.dim = 16;
+        c.n_layers = 1;
+        c.n_heads = 2;
+        c.n_kv_heads = 1;
+        c.ffn_dim = 32;
+        c.vocab_size = 256;
+        c.seq_len = 64;
+        MethodConfig m;
+        m.kind = Method::dqt;
+        ModelParameters parameters(c, m);
+        parameters.initialize(1);
+        model = std::make_unique<InferenceModel>(parameters);
+        engine = std::make_unique<Engine>(*model, *tokenizer, EngineOptions{1, 0, 0, KvCacheType::f32});
+    }
+};
+
+// A request body as /v1/completions and /v1/chat/completions parse it: accepted with every
+// field in range, or refused with a 4xx ApiError whose message is one readable line.
+Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes) {
+    static const RequestModel served;
+    const std::string body(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    Outcome combined{std::nullopt, true};
+    for (const bool chat : {false, true}) {
+        const Outcome outcome = keeps_contract(
+            [&] {
+                try {
+                    const CompletionCall call = parse_completion_request(body, chat, "tiny", *served.tokenizer, *served.engine);
+                    const GenerationRequest& g = call.generation;
+                    const int room = served.engine->context() - static_cast<int>(g.prompt.size());
+                    if (g.prompt.empty() || room < 1 || g.max_tokens < 1 || g.max_tokens > room)
+                        throw std::logic_error("an accepted request does not fit the context");
+                    if (!served.engine->check_request(g).empty()) throw std::logic_error("an accepted request the engine refuses");
+                } catch (const ApiError& e) {
+                    if (e.status() < 400 || e.status() > 499)
+                        throw std::logic_error("a malformed request answered " + std::to_string(e.status()));
+                    throw Error(e.what());  // the contract's check of the message
+                }
+            },
+            path);
+        if (outcome.defect) return outcome;
+        combined.accepted = combined.accepted && outcome.accepted;
+    }
+    return combined;
+}
+
 }  // namespace
 
 const std::vector<NamedReader>& all_readers() {
     static const std::vector<NamedReader> readers = {
         {Reader::checkpoint, "checkpoint"}, {Reader::shard, "shard"},          {Reader::gguf, "gguf"},
         {Reader::model_config, "model_config"}, {Reader::tokenizer, "tokenizer"}, {Reader::corpus_text, "corpus_text"},
-        {Reader::safetensors, "safetensors"},
+        {Reader::safetensors, "safetensors"}, {Reader::api_request, "api_request"},
     };
     return readers;
 }
@@ -262,7 +318,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
     // Each reader sees the file under the name a user would give it.
     static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
                                                  "model.json",     "tokenizer.bin", "corpus.txt",
-                                                 "model.safetensors"};
+                                                 "model.safetensors", "request.json"};
     const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
     write_input(path, with_valid_checksums(reader, bytes));
     switch (reader) {
@@ -273,6 +329,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
         case Reader::tokenizer: return read_tokenizer(path);
         case Reader::corpus_text: return read_corpus_text(path, bytes);
         case Reader::safetensors: return read_safetensors(path);
+        case Reader::api_request: return read_api_request(path, bytes);
     }
     return {"unknown reader", false};
 }

@@ -18,8 +18,8 @@
 
 namespace dqt::fuzz {
 
-// One target per kind of file a user can hand dqt.
-enum class Reader { checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors };
+// One target per kind of file a user can hand dqt, and the body of a request to `dqt serve`.
+enum class Reader { checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request };
 
 // Every reader with its name, which is also its folder under fuzz/seeds and fuzz/regressions.
 struct NamedReader {

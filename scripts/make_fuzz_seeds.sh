@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seeds=fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors}
+mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors,api_request}
 
 # A corpus of a few lines with digits, punctuation, accents and emoji.
 for i in $(seq 1 40); do
@@ -53,4 +53,10 @@ printf '{"dim": 64, "n_layers": 2, "n_heads": 4}\n' > "$seeds/model_config/short
 
 # Hugging Face safetensors files (not made by dqt: dqt only reads them).
 python3 scripts/safetensors_seeds.py "$seeds/safetensors"
+# Request bodies of `dqt serve` (each carries both a prompt and messages, so that both routes
+# accept it).
+printf '{"prompt": "Fellow citizens", "messages": [{"role": "user", "content": "Hi"}]}\n' \
+  > "$seeds/api_request/minimal.json"
+printf '%s\n' '{"model": "tiny", "prompt": "caf\u00e9 \ud83d\ude42", "messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}], "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 3, "stop": ["\n", "."], "stream": true, "n": 1, "frequency_penalty": 0}' \
+  > "$seeds/api_request/every_field.json"
 du -b "$seeds"/*/* | sort -k2

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/tokenizer.h"
+#include "data/chat_template.h"
 #include "export/gguf_model.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
@@ -436,6 +437,9 @@ TEST(GgufModel, SpecialTokenIdsNameTheTokenizersPieces) {
     byte_model.initialize(6);
     export_gguf(byte_model, *make_byte_tokenizer(), GgufExportOptions{}, path);
     const GgufReader bytes(path);
+    // The chat template `dqt serve` uses, in Jinja, for engines that render chat prompts.
+    EXPECT_EQ(bytes.string("tokenizer.chat_template"), kChatTemplateJinja);
+    EXPECT_EQ(reader.string("tokenizer.chat_template"), kChatTemplateJinja);
     EXPECT_EQ(bytes.u32("tokenizer.ggml.bos_token_id"), 0u);
     EXPECT_EQ(bytes.u32("tokenizer.ggml.eos_token_id"), 0u);
     EXPECT_EQ(bytes.find("tokenizer.ggml.unknown_token_id"), nullptr);

@@ -10,6 +10,7 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "data/chat_template.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
 #include "model/ternary_convert.h"
@@ -103,6 +104,7 @@ std::string gpt2_byte_symbol(int byte) {
 void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     out.set_string("dqt.tokenizer.kind", tokenizer.kind());
     out.set_bytes("dqt.tokenizer.data", tokenizer.serialize());
+    out.set_string("tokenizer.chat_template", kChatTemplateJinja);
     out.set_bool("tokenizer.ggml.add_bos_token", false);  // dqt feeds no BOS token
     out.set_bool("tokenizer.ggml.add_eos_token", false);
     if (tokenizer.kind() == "byte") {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "serve/engine.h"
 
@@ -33,11 +34,10 @@ struct CompletionCall {
     bool chat = false;
 };
 
-// The chat template, the one dqt uses for every model (documented in docs/serve.md):
-//   "<|system|>\n...\n<|user|>\n...\n<|assistant|>\n" (one block per message, then the
-// assistant's header), and "\n<|" ends the assistant's turn (an implicit stop string).
+// The prompt of `messages` under dqt's chat template (data/chat_template.h, docs/serve.md):
+// "<|user|>\n...\n" per message, then "<|assistant|>\n"; ApiError (400) for messages that
+// are not a non-empty array of {role: system|user|assistant, content: string}.
 std::string apply_chat_template(const nlohmann::json& messages);
-inline constexpr const char* kChatTurnEnd = "\n<|";
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
 // for a model this server does not serve) for anything malformed or out of range.
