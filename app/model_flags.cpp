@@ -1,3 +1,5 @@
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -11,7 +13,7 @@ const std::pair<const char*, const char*> kModelFlagKeys[] = {
     {"--dim", "dim"},         {"--layers", "n_layers"},   {"--heads", "n_heads"},
     {"--kv-heads", "n_kv_heads"}, {"--ffn", "ffn_dim"},   {"--vocab-size", "vocab_size"},
     {"--seq-len", "seq_len"}, {"--no-subln", "subln"},    {"--rope-theta", "rope_theta"},
-    {"--init-std", "init_std"}, {"--tie-embeddings", "tie_embeddings"}};
+    {"--init-std", "init_std"}, {"--tie-embeddings", "tie_embeddings"}, {"--ffn-act", "ffn_activation"}};
 }  // namespace
 
 void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path) {
@@ -20,7 +22,11 @@ void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path
     command.add_option("--layers", c.n_layers, "number of blocks")->capture_default_str();
     command.add_option("--heads", c.n_heads, "attention heads")->capture_default_str();
     command.add_option("--kv-heads", c.n_kv_heads, "key/value heads (grouped-query attention; default: --heads)");
-    command.add_option("--ffn", c.ffn_dim, "SwiGLU inner size")->capture_default_str();
+    command.add_option("--ffn", c.ffn_dim, "FFN inner size")->capture_default_str();
+    command.add_option("--ffn-act", c.ffn_activation, "FFN gate: silu (SwiGLU) or relu2 (ReLU^2-GLU, BitNet b1.58 2B4T)")
+        ->transform(CLI::CheckedTransformer(
+            std::map<std::string, GatedActivation>{{"silu", GatedActivation::silu}, {"relu2", GatedActivation::relu2}}))
+        ->default_str("silu");
     command.add_option("--vocab-size", c.vocab_size, "vocabulary size (default: the dataset's tokenizer)");
     command.add_option("--seq-len", c.seq_len, "context length in tokens")->capture_default_str();
     command.add_flag("--no-subln{false}", c.subln, "drop the SubLN norms before o_proj and down_proj");

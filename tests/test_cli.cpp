@@ -429,3 +429,20 @@ TEST(Cli, BenchGenerateComparesWithLlamaCpp) {
                                   "--prompt-tokens 16 --decode-tokens 8 --no-llama-cpp"),
                           "exceed the model's context");
 }
+
+// --ffn-act relu2 (BitNet b1.58 2B4T's gated FFN) trains, is kept in the run's config, serves
+// generation, and is refused by export, whose llama.cpp graphs gate with SiLU.
+TEST(Cli, AReluSquaredFfnTrainsAndGeneratesButDoesNotExport) {
+    TempDir root("cli-relu2");
+    const std::string out = root / "run";
+    const CommandResult trained = run_dqt(tiny_train_args(out) + " --method dqt --ffn-act relu2 --steps 3 --no-sample");
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    std::ifstream config_file(out + "/config.json");
+    const nlohmann::json config = nlohmann::json::parse(config_file);
+    EXPECT_EQ(config["model"]["ffn_activation"], "relu2") << config.dump();
+    const CommandResult generated = run_dqt("generate " + out + "/checkpoint.dqt --prompt Our --tokens 5");
+    EXPECT_EQ(generated.exit_code, 0) << generated.output;
+    expect_one_line_error(run_dqt("export " + out + "/checkpoint.dqt --out " + (root / "m.gguf")), "ReLU^2-GLU");
+    EXPECT_FALSE(std::filesystem::exists(root / "m.gguf"));
+    expect_one_line_error(run_dqt(tiny_train_args(root / "bad") + " --ffn-act gelu"), "--ffn-act");
+}

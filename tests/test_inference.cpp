@@ -120,6 +120,33 @@ TEST(Inference, FullForwardMatchesTheTrainingForwardForEveryMethod) {
     }
 }
 
+// A ReLU^2-GLU model (BitNet b1.58 2B4T's FFN) runs the same activation in inference: a ternary
+// one's logits equal the training forward's bit for bit, over the prompt and in decode.
+TEST(Inference, AReluSquaredModelMatchesItsTrainingForward) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    ModelConfig config = small_config(true, 2);
+    config.ffn_activation = GatedActivation::relu2;
+    ModelParameters parameters(config, method_of(Method::dqt, 1, true));
+    parameters.initialize(seed + 3);
+    const std::vector<int32_t> tokens = random_tokens(seed + 3, config.seq_len, config.vocab_size);
+    const std::vector<float> expected = training_logits(parameters, tokens);
+    ModelConfig silu_config = config;
+    silu_config.ffn_activation = GatedActivation::silu;
+    ModelParameters silu(silu_config, method_of(Method::dqt, 1, true));
+    silu.initialize(seed + 3);
+    EXPECT_NE(training_logits(silu, tokens), expected) << "the activation changed nothing";
+    const InferenceModel model(parameters);
+    InferenceSession whole(model, config.seq_len);
+    expect_logits(whole.run(tokens.data(), config.seq_len, LogitRows::all), expected.data(), expected.size(), true,
+                  "full forward");
+    InferenceSession stepwise(model, config.seq_len);
+    for (int t = 0; t < config.seq_len; ++t) {
+        expect_logits(stepwise.run(&tokens[t], 1, LogitRows::last), &expected[static_cast<size_t>(t) * config.vocab_size],
+                      config.vocab_size, true, "decode at " + std::to_string(t));
+    }
+}
+
 // Token-by-token decoding, and a prompt followed by decoding, give the full forward's logits at
 // every position, with either cache type: decode attention runs the full forward's multiply-add
 // chains over what the cache holds, so the hidden states of a ternary model agree bit for bit;

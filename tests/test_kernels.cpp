@@ -453,6 +453,47 @@ TEST(KernelSwiglu, FastMatchesReference) {
     expect_close(dup, ref_dup, 1e-6, "dup");
 }
 
+TEST(KernelRelu2Glu, ReferenceBackwardMatchesFiniteDifferences) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int n = 23;
+    Doubles gate = rng.normal(n, 3.0), up = rng.normal(n);
+    for (double& g : gate) g += g > 0 ? 0.1 : -0.1;  // away from the kink at 0, where the difference is one-sided
+    const Doubles R = rng.normal(n);
+    auto loss = [&] {
+        Doubles h(n);
+        ref::relu2_glu_forward(h.data(), gate.data(), up.data(), n);
+        return dot(h, R);
+    };
+    Doubles dgate(n), dup(n);
+    ref::relu2_glu_backward(dgate.data(), dup.data(), R.data(), gate.data(), up.data(), n);
+    expect_close(dgate, numeric_gradient(gate, loss), kFiniteDifferenceTol, "dgate");
+    expect_close(dup, numeric_gradient(up, loss), kFiniteDifferenceTol, "dup");
+}
+
+TEST(KernelRelu2Glu, FastMatchesReferenceAndTheDispatchPicksIt) {
+    Random rng;
+    SCOPED_TRACE(rng.trace());
+    const int n = 9000;  // more than one chunk: the threaded path runs
+    const Floats gate = to_float(rng.normal(n, 2.0)), up = to_float(rng.normal(n)), dh = to_float(rng.normal(n));
+    Floats h(n), h_serial(n), h_dispatched(n), dgate = to_float(rng.normal(n)), dup = to_float(rng.normal(n));
+    Doubles ref_h(n), ref_dgate = to_double(dgate), ref_dup = to_double(dup);
+    relu2_glu_forward(h.data(), gate.data(), up.data(), n);
+    relu2_glu_forward_serial(h_serial.data(), gate.data(), up.data(), n);
+    EXPECT_EQ(h_serial, h) << "the one-thread variant differs";
+    gated_forward(GatedActivation::relu2, h_dispatched.data(), gate.data(), up.data(), n);
+    EXPECT_EQ(h_dispatched, h);
+    gated_backward(GatedActivation::relu2, dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n);
+    const Doubles gd = to_double(gate), ud = to_double(up), dhd = to_double(dh);
+    ref::relu2_glu_forward(ref_h.data(), gd.data(), ud.data(), n);
+    ref::relu2_glu_backward(ref_dgate.data(), ref_dup.data(), dhd.data(), gd.data(), ud.data(), n);
+    expect_close(h, ref_h, 1e-6, "h");
+    expect_close(dgate, ref_dgate, 1e-6, "dgate");
+    expect_close(dup, ref_dup, 1e-6, "dup");
+    EXPECT_EQ(parse_gated_activation("relu2"), GatedActivation::relu2);
+    EXPECT_THROW(parse_gated_activation("gelu"), Error);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy
 

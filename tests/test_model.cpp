@@ -45,13 +45,15 @@ void fill_tokens(Activations& acts, int vocab, uint64_t seed) {
 // that tensor) from central differences must match the backward pass's gradient dotted with
 // the direction. The loss is the summed cross-entropy (grad_scale 1), in float32, so eps and
 // tolerance are chosen for float rounding: relative 2e-2 or absolute 2e-3.
-// With tied embeddings the table's gradient sums its two uses (lookup and head).
-class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, int, bool>> {};
+// With tied embeddings the table's gradient sums its two uses (lookup and head). Both FFN
+// gates: SwiGLU and ReLU^2-GLU.
+class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, int, bool, GatedActivation>> {};
 
 TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
-    const auto [subln, kv_heads, tied] = GetParam();
+    const auto [subln, kv_heads, tied, activation] = GetParam();
     ModelConfig config = tiny_config(subln, kv_heads);
     config.tie_embeddings = tied;
+    config.ffn_activation = activation;
     ModelParameters model(config);
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -98,8 +100,12 @@ TEST_P(ModelGradient, MatchesFiniteDifferencesForEveryTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_tuple(true, 4, false), std::make_tuple(false, 4, false),
-                                           std::make_tuple(true, 2, false), std::make_tuple(true, 4, true)));
+                         ::testing::Values(std::make_tuple(true, 4, false, GatedActivation::silu),
+                                           std::make_tuple(false, 4, false, GatedActivation::silu),
+                                           std::make_tuple(true, 2, false, GatedActivation::silu),
+                                           std::make_tuple(true, 4, true, GatedActivation::silu),
+                                           std::make_tuple(true, 2, false, GatedActivation::relu2),
+                                           std::make_tuple(false, 4, true, GatedActivation::relu2)));
 
 TEST(Model, GradientsIdenticalForOneAndTwoThreads) {
     ModelConfig config = tiny_config(true, 2);

@@ -276,6 +276,9 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     const ModelParameters& model = converted ? *converted : source;
     const ModelConfig& c = model.config;
     require(tokenizer.vocab_size() == c.vocab_size, "export: the tokenizer's vocabulary does not match the model's");
+    require(c.ffn_activation == GatedActivation::silu,
+            "export: the model's FFN is ReLU^2-GLU, and the llama.cpp graphs dqt writes for (llama, bitnet) gate "
+            "with SiLU: such a model cannot be exported yet");
 
     GgufExportSummary summary;
     summary.architecture = architecture_of(c);

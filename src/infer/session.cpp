@@ -295,13 +295,14 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
         team_barrier_.arrive_and_wait();
         add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
 
-        // Feed-forward block: x + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(x).
+        // Feed-forward block: x + Wdown · SubLN(act(Wgate·n) * (Wup·n)), n = RMSNorm(x).
         input = prepare_input(rows.x.data(), w.ffn_norm, C, w.w_gate, rows.normed.data(), rows.dim_input, share);
         multiply(w.w_gate, input, gate_.data(), n, ffn_begin, ffn_end);
         multiply(w.w_up, input, up_.data(), n, ffn_begin, ffn_end);
         for (int i = 0; i < n; ++i) {
             const size_t row = static_cast<size_t>(i) * F + ffn_begin;
-            swiglu_forward_serial(h_.data() + row, gate_.data() + row, up_.data() + row, ffn_end - ffn_begin);
+            gated_forward_serial(c.ffn_activation, h_.data() + row, gate_.data() + row, up_.data() + row,
+                                 ffn_end - ffn_begin);
         }
         team_barrier_.arrive_and_wait();
         input = prepare_input(h_.data(), w.ffn_subnorm, F, w.w_down, rows.h_sub.data(), rows.ffn_input, share);

@@ -142,6 +142,19 @@ void swiglu_backward(double* dgate, double* dup, const double* dh, const double*
     }
 }
 
+void relu2_glu_forward(double* h, const double* gate, const double* up, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) h[i] = (gate[i] > 0 ? gate[i] * gate[i] : 0.0) * up[i];
+}
+
+void relu2_glu_backward(double* dgate, double* dup, const double* dh, const double* gate, const double* up,
+                        int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+        const double r = gate[i] > 0 ? gate[i] : 0.0;
+        dgate[i] += dh[i] * up[i] * 2.0 * r;
+        dup[i] += dh[i] * r * r;
+    }
+}
+
 double cross_entropy_forward_backward(double* dlogits, const double* logits, const int32_t* targets, int rows,
                                       int vocab, double grad_scale) {
     double loss = 0;

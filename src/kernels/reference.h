@@ -26,6 +26,9 @@ void attention_backward(double* dq, double* dk, double* dv, const double* dout, 
 void swiglu_forward(double* h, const double* gate, const double* up, int64_t count);
 void swiglu_backward(double* dgate, double* dup, const double* dh, const double* gate, const double* up,
                      int64_t count);
+void relu2_glu_forward(double* h, const double* gate, const double* up, int64_t count);
+void relu2_glu_backward(double* dgate, double* dup, const double* dh, const double* gate, const double* up,
+                        int64_t count);
 
 // Returns the summed NLL over rows; writes dlogits = grad_scale * (softmax - onehot) if non-null.
 double cross_entropy_forward_backward(double* dlogits, const double* logits, const int32_t* targets, int rows,

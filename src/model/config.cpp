@@ -59,7 +59,8 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
     j = nlohmann::json{{"dim", c.dim},           {"n_layers", c.n_layers},     {"n_heads", c.n_heads},
                        {"n_kv_heads", c.n_kv_heads}, {"ffn_dim", c.ffn_dim},   {"vocab_size", c.vocab_size},
                        {"seq_len", c.seq_len},   {"subln", c.subln},           {"rope_theta", c.rope_theta},
-                       {"norm_eps", c.norm_eps}, {"init_std", c.init_std},   {"tie_embeddings", c.tie_embeddings}};
+                       {"norm_eps", c.norm_eps}, {"init_std", c.init_std},   {"tie_embeddings", c.tie_embeddings},
+                       {"ffn_activation", gated_activation_name(c.ffn_activation)}};
 }
 
 namespace {
@@ -81,7 +82,8 @@ int exact_int(const nlohmann::json& j, const char* key) {
 void from_json(const nlohmann::json& j, ModelConfig& c) {
     static const std::set<std::string> known = {"dim",     "n_layers",   "n_heads",    "n_kv_heads",
                                                 "ffn_dim", "vocab_size", "seq_len",    "subln",
-                                                "rope_theta", "norm_eps", "init_std", "tie_embeddings"};
+                                                "rope_theta", "norm_eps", "init_std", "tie_embeddings",
+                                                "ffn_activation"};
     require(j.is_object(), "model config: expected a JSON object");
     for (const auto& [key, value] : j.items()) {
         require(known.count(key) == 1, "model config: unknown key " + quote_untrusted(key));
@@ -99,6 +101,8 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
         if (j.contains("norm_eps")) c.norm_eps = j.at("norm_eps").get<float>();
         if (j.contains("init_std")) c.init_std = j.at("init_std").get<float>();
         if (j.contains("tie_embeddings")) c.tie_embeddings = j.at("tie_embeddings").get<bool>();
+        if (j.contains("ffn_activation"))
+            c.ffn_activation = parse_gated_activation(j.at("ffn_activation").get<std::string>());
     } catch (const nlohmann::json::exception& e) {
         throw Error("model config: wrong value type (" + quote_untrusted(e.what(), 120) + ")");
     }

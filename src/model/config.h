@@ -5,6 +5,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kernels/swiglu.h"
+
 namespace dqt {
 
 // The longest context dqt accepts (a stated limit, so that a crafted seq_len in a checkpoint or
@@ -17,7 +19,8 @@ struct ModelConfig {
     int n_layers = 4;
     int n_heads = 4;
     int n_kv_heads = 4;     // < n_heads for grouped-query attention
-    int ffn_dim = 688;      // SwiGLU inner size F
+    int ffn_dim = 688;      // FFN inner size F
+    GatedActivation ffn_activation = GatedActivation::silu;  // SwiGLU, or ReLU^2-GLU (BitNet b1.58 2B4T)
     int vocab_size = 256;   // byte-level by default
     int seq_len = 256;      // context length T used in training, at most kMaxSeqLen
     bool subln = true;      // extra RMSNorm before o_proj and down_proj (DQT / BitNet code)

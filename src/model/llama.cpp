@@ -114,7 +114,7 @@ double model_forward(const ModelParameters& model, Activations& acts, bool with_
             weight_linear_forward(model, *p.w_gate, a.gate.data(), in, N);
             weight_linear_forward(model, *p.w_up, a.up.data(), in, N);
         }
-        swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
+        gated_forward(c.ffn_activation, a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
         float* ffn_in = a.h.data();
         if (c.subln) {
             rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), value(p.ffn_subnorm), N, F, c.norm_eps);
@@ -214,7 +214,7 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale,
         }
         zero(acts.d_gate);
         zero(acts.d_up);
-        swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
+        gated_backward(c.ffn_activation, acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
                         static_cast<size_t>(N) * F);
         zero(acts.d_c);
         pass.linear(*p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data());
