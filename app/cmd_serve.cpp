@@ -54,6 +54,14 @@ void add_serve_command(CLI::App& app) {
     add_kv_cache_flag(*command, args->kv_cache);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
+        // SIGINT and SIGTERM end the server from a thread of their own (stop() is not
+        // async-signal-safe). Blocked here, before any thread starts (OpenMP's team, the
+        // engine's worker, the HTTP pool inherit the mask), so only that thread receives them.
+        sigset_t signals;
+        sigemptyset(&signals);
+        sigaddset(&signals, SIGINT);
+        sigaddset(&signals, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
         set_num_threads(args->threads);
         args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
         ModelFile loaded = load_model_file(args->model);
@@ -63,13 +71,6 @@ void add_serve_command(CLI::App& app) {
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;
         ApiServer server(engine, *loaded.tokenizer, name);
 
-        // SIGINT and SIGTERM end the server from a thread of their own (stop() is not
-        // async-signal-safe); blocked before any other thread starts, so only it receives them.
-        sigset_t signals;
-        sigemptyset(&signals);
-        sigaddset(&signals, SIGINT);
-        sigaddset(&signals, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
         const int port = server.bind(args->host, args->port);
         std::thread on_signal([&] {
             int received = 0;

@@ -21,7 +21,7 @@ done
 
 packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev openmpi-bin libopenmpi-dev
-          libcpp-httplib-dev
+          libcpp-httplib-dev curl
           python3 python3-matplotlib)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # also brings node
 [ "$checks" -eq 0 ] || packages+=(clang libclang-rt-dev libomp-dev)
@@ -49,6 +49,13 @@ cmake --build build -j"$(nproc)"
 if [ "$(node -p "try { require('./tools/llamacpp/node_modules/node-llama-cpp/package.json').version } catch { '' }" 2>/dev/null)" != 3.22.1 ]; then
   echo "setup: installing llama.cpp (npm node-llama-cpp 3.22.1, CPU binaries) into tools/llamacpp"
   npm install --prefix tools/llamacpp --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
+# OpenAI's own Node client (npm openai 4.104.0, pinned by tools/openai-client/package-lock.json),
+# with which the test suite drives `dqt serve` as an application would.
+if [ "$(node -p "try { require('./tools/openai-client/node_modules/openai/package.json').version } catch { '' }" 2>/dev/null)" != 4.104.0 ]; then
+  echo "setup: installing OpenAI's Node client (npm openai 4.104.0) into tools/openai-client"
+  npm install --prefix tools/openai-client --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 if [ "$fetch_corpus" -eq 1 ]; then

@@ -1,10 +1,16 @@
 // `dqt serve`: stop strings, the engine's slots and queue, and the HTTP API as a client sees
 // it. A request must give exactly the tokens `dqt generate` (generate_text) gives for the same
 // prompt and options, whether it runs alone or beside seven others.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -21,6 +27,7 @@
 #include "serve/api.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
+#include "test_helpers.h"
 
 using namespace dqt;
 using nlohmann::json;
@@ -345,4 +352,91 @@ TEST(Serve, ABusyServerAnswers503WithRetryAfter) {
     EXPECT_EQ(refused->status, 503);
     EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
     EXPECT_EQ(json::parse(refused->body)["error"]["type"], "server_busy");
+}
+
+namespace {
+
+// `dqt serve` as a user starts it: a child process on a free loopback port, its port read from
+// the line it prints; stopped with SIGTERM, as a service manager would.
+class ServeProcess {
+public:
+    ServeProcess(const std::string& model, const std::string& log_path) : log_path_(log_path) {
+        pid_ = fork();
+        if (pid_ == 0) {
+            const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            dup2(log, STDERR_FILENO);
+            dup2(log, STDOUT_FILENO);
+            execl(DQT_BINARY, DQT_BINARY, "serve", model.c_str(), "--port", "0", "--parallel", "2", "--threads", "1",
+                  static_cast<char*>(nullptr));
+            _exit(127);
+        }
+    }
+    ~ServeProcess() {
+        if (pid_ > 0 && !stopped_) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+    }
+    // The base URL once the server listens; empty after 60 s without it.
+    std::string wait_for_url() const {
+        const std::string marker = " on http://";
+        for (int tries = 0; tries < 600; ++tries) {
+            std::ifstream log(log_path_);
+            const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+            const size_t at = text.find(marker);
+            if (at != std::string::npos && text.find('\n', at) != std::string::npos)
+                return text.substr(at + 4, text.find(' ', at + marker.size()) - at - 4);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return "";
+    }
+    // SIGTERM, then the exit status (-1: it did not exit within 10 s).
+    int stop() {
+        kill(pid_, SIGTERM);
+        for (int tries = 0; tries < 100; ++tries) {
+            int status = 0;
+            if (waitpid(pid_, &status, WNOHANG) == pid_) {
+                stopped_ = true;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return -1;
+    }
+
+private:
+    std::string log_path_;
+    pid_t pid_ = -1;
+    bool stopped_ = false;
+};
+
+}  // namespace
+
+// The server a user runs, driven by OpenAI's own Node client (npm `openai`, installed by
+// scripts/setup.sh into tools/openai-client): models, a completion and a chat answer, both
+// streamed too, and an out-of-range request as the client's APIError 400; then by curl.
+TEST(Serve, OpenAIsNodeClientAndCurlDriveDqtServe) {
+    const std::string client_dir = std::string(DQT_SOURCE_DIR) + "/tools/openai-client";
+    ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai"))
+        << "the openai client is not installed: run scripts/setup.sh (npm install in tools/openai-client)";
+    dqt::testing::TempDir root("serve-client");
+    const std::string out = root / "run";
+    const dqt::testing::CommandResult trained = dqt::testing::run_command(
+        std::string(DQT_BINARY) + " train --data " + dqt::testing::tiny_dataset_dir() + " --out " + out +
+        " --method dqt --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 96 --batch 4 --eval-tokens 1024 --steps 3"
+        " --no-sample --quiet");
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    ServeProcess server(out + "/checkpoint.dqt", root / "serve.log");
+    const std::string url = server.wait_for_url();
+    ASSERT_FALSE(url.empty()) << "dqt serve did not start";
+    const dqt::testing::CommandResult client =
+        dqt::testing::run_command("node " + client_dir + "/check_serve.mjs " + url);
+    EXPECT_EQ(client.exit_code, 0) << client.output;
+    EXPECT_NE(client.output.find("\nok"), std::string::npos) << client.output;
+    const dqt::testing::CommandResult curl = dqt::testing::run_command(
+        "curl -s " + url + "/completions -d '{\"prompt\": \"Our\", \"max_tokens\": 4, \"temperature\": 0}'");
+    ASSERT_EQ(curl.exit_code, 0) << curl.output;
+    const json answer = json::parse(curl.output);
+    EXPECT_EQ(answer["usage"]["completion_tokens"], 4) << curl.output;
+    EXPECT_EQ(server.stop(), 0) << "dqt serve did not exit cleanly on SIGTERM";
 }
