@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Load test of `dqt serve`: starts it on a loopback port, sends a bounded mix of requests from
+several client threads (valid, streamed, streams the client abandons after the first chunk,
+malformed, oversized), and checks that the server answers every one as it should, stays up,
+frees every slot, and that its resident memory returns to its level after a warm-up.
+
+    python3 scripts/serve_load_test.py runs/tern/checkpoint.dqt --requests 1000 --concurrency 16
+
+Only the standard library; loopback only. Prints one JSON object (counts by kind and status,
+RSS before and after, the server's /health at the end) and exits 1 when a check failed.
+"""
+import argparse
+import http.client
+import json
+import pathlib
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def rss_kib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return None
+
+
+def start_server(dqt, model, parallel, queue, threads):
+    log = open("/tmp/dqt-serve-load.log", "w")
+    process = subprocess.Popen([dqt, "serve", model, "--port", "0", "--parallel", str(parallel), "--queue",
+                                str(queue), "--threads", str(threads)], stdout=log, stderr=log)
+    for _ in range(600):
+        text = pathlib.Path("/tmp/dqt-serve-load.log").read_text()
+        found = re.search(r" on http://([0-9.]+):([0-9]+)/v1", text)
+        if found:
+            return process, found.group(1), int(found.group(2))
+        if process.poll() is not None:
+            sys.exit(f"serve_load_test: dqt serve exited: {text.strip()}")
+        time.sleep(0.1)
+    process.kill()
+    sys.exit("serve_load_test: dqt serve did not start within 60 s")
+
+
+def request(host, port, method, path, body=None, read_all=True, timeout=120):
+    """(status, body bytes); a stream the client abandons returns after its first chunk."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        # An abandoned stream reads its first chunk only; an error is read whole.
+        data = response.read() if read_all or response.status != 200 else response.read1(64)
+        return response.status, data
+    finally:
+        connection.close()  # an abandoned stream: the server sees the hang-up
+
+
+def one(kind, host, port, context, rng):
+    prompt = "The state of the Union " * rng.randint(1, 3)
+    if kind == "valid":
+        body = {"prompt": prompt, "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0, 0.8])}
+        return request(host, port, "POST", "/v1/completions", json.dumps(body))
+    if kind == "chat":
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": rng.randint(1, 24)}
+        return request(host, port, "POST", "/v1/chat/completions", json.dumps(body))
+    if kind == "stream":
+        body = {"prompt": prompt, "max_tokens": rng.randint(1, 24), "stream": True}
+        return request(host, port, "POST", "/v1/completions", json.dumps(body))
+    if kind == "abandoned":
+        body = {"prompt": prompt, "max_tokens": context // 2, "stream": True}
+        return request(host, port, "POST", "/v1/completions", json.dumps(body), read_all=False)
+    if kind == "malformed":
+        body = rng.choice(['{"prompt": ', '[1, 2, 3]', '{"prompt": 7}', '{"prompt": "a", "max_tokens": "x"}',
+                           '{"prompt": "a", "temperature": -3}', '{"messages": [{"role": "robot"}]}',
+                           '\xff\xfe not json'])
+        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        return request(host, port, "POST", path, body.encode("utf-8", "surrogateescape"))
+    if kind == "oversized":
+        if rng.random() < 0.5:  # a prompt longer than the context
+            return request(host, port, "POST", "/v1/completions", json.dumps({"prompt": "x" * (context + 10)}))
+        return request(host, port, "POST", "/v1/completions", b'{"prompt": "' + b"x" * (9 << 20) + b'"}')
+    raise ValueError(kind)
+
+
+EXPECTED = {  # the statuses each kind may get: 503 where every slot may be busy
+    "valid": {200, 503}, "chat": {200, 503}, "stream": {200, 503}, "abandoned": {200, 503},
+    "malformed": {400}, "oversized": {400, 413},
+}
+MIX = ["valid"] * 30 + ["chat"] * 15 + ["stream"] * 20 + ["abandoned"] * 10 + ["malformed"] * 15 + ["oversized"] * 10
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a checkpoint or GGUF file")
+    parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--queue", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 256:
+        sys.exit("serve_load_test: --requests must be 1..100000 and --concurrency 1..256")
+
+    process, host, port = start_server(args.dqt, args.model, args.parallel, args.queue, args.threads)
+    failures = []
+    try:
+        models = json.loads(request(host, port, "GET", "/v1/models")[1])
+        context = models["data"][0]["context_length"]
+        # Warm-up: every slot used once (caches touched, scratch grown), then the idle RSS.
+        warm = random.Random(0)
+        with ThreadPoolExecutor(args.parallel) as pool:
+            list(pool.map(lambda _: one("valid", host, port, context, warm), range(4 * args.parallel)))
+        rss_before = rss_kib(process.pid)
+
+        rng = random.Random(args.seed)
+        kinds = [rng.choice(MIX) for _ in range(args.requests)]
+        seeds = [rng.randrange(1 << 30) for _ in range(args.requests)]
+        counts, lock = {}, threading.Lock()
+        start = time.monotonic()
+
+        def run(i):
+            kind = kinds[i]
+            try:
+                status, body = one(kind, host, port, context, random.Random(seeds[i]))
+            except (OSError, http.client.HTTPException) as error:
+                status, body = f"error: {type(error).__name__}", b""
+            ok = status in EXPECTED[kind]
+            try:
+                if ok and kind in ("valid", "chat") and status == 200:
+                    ok = json.loads(body)["usage"]["completion_tokens"] >= 1
+                if ok and isinstance(status, int) and status >= 400:
+                    ok = "error" in json.loads(body)
+            except (ValueError, KeyError):
+                ok = False
+            with lock:
+                key = f"{kind} {status}"
+                counts[key] = counts.get(key, 0) + 1
+                if not ok:
+                    failures.append(f"request {i} ({kind}): {status} {body[:200]!r}")
+
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            list(pool.map(run, range(args.requests)))
+        seconds = time.monotonic() - start
+        # Abandoned streams free their slots at the engine's next step.
+        health = {}
+        for _ in range(100):
+            health = json.loads(request(host, port, "GET", "/health")[1])
+            if health["slots_busy"] == 0 and health["queued"] == 0:
+                break
+            time.sleep(0.1)
+        if health.get("slots_busy") != 0 or health.get("queued") != 0:
+            failures.append(f"slots still busy after the load: {health}")
+        rss_after = rss_kib(process.pid)
+        if process.poll() is not None:
+            failures.append("the server exited during the load")
+        if rss_after > rss_before * 1.10 + 2048:
+            failures.append(f"resident memory grew from {rss_before} KiB to {rss_after} KiB")
+        print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "parallel": args.parallel,
+                          "queue": args.queue, "seconds": round(seconds, 1), "by_kind_and_status": dict(sorted(counts.items())),
+                          "rss_kib_after_warmup": rss_before, "rss_kib_after_load": rss_after, "health": health,
+                          "failures": failures[:20]}, indent=1))
+    finally:
+        process.terminate()
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = "killed"
+        if code != 0:
+            failures.append(f"dqt serve exited with {code} on SIGTERM")
+            print(f"serve_load_test: dqt serve exited with {code} on SIGTERM", file=sys.stderr)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
