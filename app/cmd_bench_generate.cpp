@@ -38,6 +38,8 @@ struct BenchGenerateArgs {
     ModelConfig model_flags;
     std::string config_path;
     std::string bits = "1.58";  // of the random default model
+    std::string preset = "154m";  // its shape (bench_model_config)
+    std::string keep_dir;         // where its GGUF file is kept; empty: a temporary folder
     std::string kv_cache = "f32";
     int prompt_tokens = 128;
     int decode_tokens = 64;
@@ -187,24 +189,45 @@ Speeds measure_llamacpp(const std::string& script, const std::string& gguf, cons
 
 }  // namespace
 
-// The benchmark's default model: 154M parameters (dim 1024, 12 layers, FFN 2816; every row a
-// multiple of 256, so every block linear is TQ2_0), byte vocabulary, tied embeddings.
-ModelConfig bench_model_config() {
+ModelConfig bench_model_config(const std::string& preset) {
     ModelConfig c;
-    c.dim = 1024;
-    c.n_layers = 12;
-    c.n_heads = 16;
-    c.n_kv_heads = 16;
-    c.ffn_dim = 2816;
     c.vocab_size = 256;
     c.seq_len = 512;
     c.tie_embeddings = true;
-    return c;
+    if (preset == "154m") {
+        // 154M parameters (dim 1024, 12 layers, FFN 2816; every row a multiple of 256, so
+        // every block linear is TQ2_0), byte vocabulary, tied embeddings.
+        c.dim = 1024;
+        c.n_layers = 12;
+        c.n_heads = 16;
+        c.n_kv_heads = 16;
+        c.ffn_dim = 2816;
+        return c;
+    }
+    if (preset == "2b") {
+        // BitNet b1.58 2B4T's blocks: 2.09B parameters, 525 MB of 2-bit codes (with a byte
+        // vocabulary and SwiGLU in place of its 128,256-entry head and ReLU^2, which export to
+        // llama.cpp does not carry yet).
+        c.dim = 2560;
+        c.n_layers = 30;
+        c.n_heads = 20;
+        c.n_kv_heads = 5;
+        c.ffn_dim = 6912;
+        return c;
+    }
+    throw Error("unknown --preset '" + quote_untrusted(preset, 20) + "': use 154m or 2b");
+}
+
+void add_bench_preset_flag(CLI::App& command, std::string& preset) {
+    command.add_option("--preset", preset,
+                       "shape of the random model: 154m, or 2b (BitNet b1.58 2B4T's blocks: dim 2560, 30 layers, 20 "
+                       "heads, 5 kv heads, FFN 6912); --dim and the other shape flags override it")
+        ->capture_default_str();
 }
 
 void add_bench_generate_command(CLI::App& bench) {
     auto args = std::make_shared<BenchGenerateArgs>();
-    args->model_flags = bench_model_config();
+    args->model_flags = bench_model_config("154m");
     CLI::App* command = bench.add_subcommand(
         "generate", "prompt and decode tokens/s of dqt vs llama.cpp on one GGUF model (default: a random 154M ternary model)");
     command->add_option("model", args->model_path, "a GGUF file from `dqt export` (default: build a random ternary model)");
@@ -222,9 +245,18 @@ void add_bench_generate_command(CLI::App& bench) {
     add_kv_cache_flag(*command, args->kv_cache);
     command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");
     command->add_option("--llama-cpp-script", args->llamacpp_script, "tools/llamacpp/interop.mjs of this checkout");
+    add_bench_preset_flag(*command, args->preset);
+    command->add_option("--keep", args->keep_dir,
+                        "write the random model's GGUF file to DIR/model.gguf and keep it, so other engines can time "
+                        "the same file");
     command->add_flag("--json", args->json, "print one JSON object");
     command->callback([command, args] {
         set_num_threads(args->threads);
+        require(args->keep_dir.empty() || args->model_path.empty(),
+                "--keep keeps the random model the bench makes; a model file given is kept already");
+        const std::string kept = args->keep_dir.empty() ? "" : args->keep_dir + "/model.gguf";
+        require(kept.empty() || !std::filesystem::exists(kept),
+                kept + " exists: remove it or give another --keep folder");
         const std::string folder =
             (std::filesystem::temp_directory_path() / ("dqt-bench-generate-" + std::to_string(getpid()))).string();
         std::filesystem::create_directories(folder);
@@ -236,13 +268,14 @@ void add_bench_generate_command(CLI::App& bench) {
         std::string gguf = args->model_path;
         if (gguf.empty()) {
             const ModelConfig config =
-                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config());
+                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset));
             MethodConfig method;
             method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)
             ModelParameters random_model(config, method);
             random_model.initialize(1);
-            gguf = folder + "/model.gguf";
+            if (!kept.empty()) std::filesystem::create_directories(args->keep_dir);
+            gguf = kept.empty() ? folder + "/model.gguf" : kept;
             export_gguf(random_model, *make_byte_tokenizer(), GgufExportOptions{}, gguf);
         }
         std::unique_ptr<InferenceModel> built;

@@ -29,6 +29,7 @@ struct BenchServeArgs {
     ModelConfig model_flags;
     std::string config_path;
     std::string bits = "1.58";
+    std::string preset = "154m";
     std::vector<int> streams = {1, 2, 4, 8};
     int prompt_tokens = 16;
     int decode_tokens = 64;
@@ -67,7 +68,7 @@ double time_streams(const InferenceModel& model, const Tokenizer& tokenizer, int
 
 void add_bench_serve_command(CLI::App& bench) {
     auto args = std::make_shared<BenchServeArgs>();
-    args->model_flags = bench_model_config();
+    args->model_flags = bench_model_config("154m");
     CLI::App* command = bench.add_subcommand(
         "serve", "decode tokens/s of dqt serve's engine with 1, 2, 4, ... streams batched (default: a random 154M ternary model)");
     command->add_option("model", args->model_path, "a checkpoint or GGUF file (default: a random model)");
@@ -86,6 +87,7 @@ void add_bench_serve_command(CLI::App& bench) {
         ->capture_default_str();
     command->add_option("--repeats", args->repeats, "best of this many runs")->check(positive_whole_number())->capture_default_str();
     command->add_option("--threads", args->threads, "compute threads")->check(positive_whole_number())->capture_default_str();
+    add_bench_preset_flag(*command, args->preset);
     command->add_flag("--json", args->json, "print one JSON object");
     command->callback([command, args] {
         set_num_threads(args->threads);
@@ -96,7 +98,8 @@ void add_bench_serve_command(CLI::App& bench) {
             method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);
             parameters = std::make_unique<ModelParameters>(
-                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config()), method);
+                resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset)),
+                method);
             parameters->initialize(1);
             tokenizer = make_byte_tokenizer();
         } else {

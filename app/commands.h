@@ -22,8 +22,11 @@ void add_bench_command(CLI::App& app);
 void add_bench_memory_command(CLI::App& bench);    // under `bench`
 void add_bench_generate_command(CLI::App& bench);  // under `bench`
 void add_bench_serve_command(CLI::App& bench);     // under `bench`
-// The inference benchmarks' default model shape (154M parameters; cmd_bench_generate.cpp).
-ModelConfig bench_model_config();
+// The inference benchmarks' random model shapes: "154m" (the default) and "2b" (BitNet b1.58
+// 2B4T's blocks); dqt::Error for another name (cmd_bench_generate.cpp).
+ModelConfig bench_model_config(const std::string& preset);
+// --preset NAME for the benchmarks' random model.
+void add_bench_preset_flag(CLI::App& command, std::string& preset);
 
 // Model-shape flags shared by train and bench (--config, --dim, --layers, ...).
 void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config_path);

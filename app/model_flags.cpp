@@ -38,12 +38,17 @@ void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path
 
 ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& flags, const std::string& config_path,
                                  const ModelConfig& defaults) {
-    nlohmann::json merged = config_path.empty() ? nlohmann::json::object() : load_model_config_json(config_path);
+    nlohmann::json given = config_path.empty() ? nlohmann::json::object() : load_model_config_json(config_path);
     const nlohmann::json flag_values = flags;
     for (const auto& [flag, key] : kModelFlagKeys) {
-        if (command.count(flag) > 0) merged[key] = flag_values[key];
+        if (command.count(flag) > 0) given[key] = flag_values[key];
     }
-    ModelConfig result = defaults;
+    // Heads given without kv heads mean full multi-head attention, as in a config file; the
+    // defaults' kv heads (a preset's grouped-query attention) hold only when neither is given.
+    if (given.contains("n_heads") && !given.contains("n_kv_heads")) given["n_kv_heads"] = given["n_heads"];
+    nlohmann::json merged = defaults;  // load_model_config_json gave an object
+    merged.update(given);
+    ModelConfig result;
     from_json(merged, result);
     return result;
 }

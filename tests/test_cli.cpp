@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "io/folder_lock.h"
+#include "model/config.h"
 #include "test_helpers.h"
 
 using namespace dqt::testing;
+using dqt::ModelConfig;
 
 namespace {
 
@@ -428,6 +430,31 @@ TEST(Cli, BenchGenerateComparesWithLlamaCpp) {
     expect_one_line_error(run_dqt("bench generate --dim 256 --layers 1 --heads 4 --ffn 256 --seq-len 16 "
                                   "--prompt-tokens 16 --decode-tokens 8 --no-llama-cpp"),
                           "exceed the model's context");
+}
+
+// --keep keeps the random model's GGUF file for other engines to time, and --preset 2b gives
+// BitNet b1.58 2B4T's block shape (here shrunk by shape flags, which override it).
+TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
+    TempDir root("cli-bench-keep");
+    const std::string tiny = "--dim 320 --layers 1 --ffn 256 --seq-len 64 --prompt-tokens 4 --decode-tokens 2 "
+                             "--repeats 1 --no-llama-cpp --json";
+    const CommandResult kept = run_dqt("bench generate --preset 2b " + tiny + " --keep " + (root / "kept"));
+    ASSERT_EQ(kept.exit_code, 0) << kept.output;
+    const nlohmann::json record = nlohmann::json::parse(kept.output);
+    ModelConfig shape;  // 2b's heads (20) and kv heads (5), the flags' sizes
+    shape.dim = 320;
+    shape.n_layers = 1;
+    shape.n_heads = 20;
+    shape.n_kv_heads = 5;
+    shape.ffn_dim = 256;
+    shape.tie_embeddings = true;
+    EXPECT_EQ(record.at("parameters").get<int64_t>(), shape.parameter_count());
+    ASSERT_TRUE(std::filesystem::exists(root / "kept/model.gguf"));
+    const CommandResult generated = run_dqt("generate " + (root / "kept/model.gguf") + " --prompt ab --tokens 3");
+    EXPECT_EQ(generated.exit_code, 0) << generated.output;
+    expect_one_line_error(run_dqt("bench generate " + tiny + " --keep " + (root / "kept")), "exists");
+    expect_one_line_error(run_dqt("bench generate --preset 7b " + tiny), "--preset");
+    expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --keep " + (root / "k2")), "--keep");
 }
 
 // --ffn-act relu2 (BitNet b1.58 2B4T's gated FFN) trains, is kept in the run's config, serves
