@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -270,6 +271,10 @@ TEST_F(TokenizerBpe, RoundTripsAnyText) {
         const std::vector<int32_t> tokens = tokenizer_->encode(text);
         for (int32_t t : tokens) ASSERT_TRUE(t >= 0 && t < kVocab);
         EXPECT_EQ(tokenizer_->decode(tokens), text) << "text: " << text.substr(0, 60);
+        // Decoding is token by token (generation decodes one new token at a time).
+        std::string joined;
+        for (int32_t t : tokens) joined += tokenizer_->decode(std::span<const int32_t>(&t, 1));
+        EXPECT_EQ(joined, text) << "text: " << text.substr(0, 60);
     }
 }
 

@@ -14,7 +14,9 @@ class Tokenizer {
 public:
     virtual ~Tokenizer();
     virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-    // Throws dqt::Error for an id outside [0, vocab_size()).
+    // Token by token: the text of a sequence is its tokens' texts joined, so a caller may
+    // decode a growing sequence one token at a time. Throws dqt::Error for an id outside
+    // [0, vocab_size()).
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
     virtual int vocab_size() const = 0;
     virtual std::string kind() const = 0;       // "byte" or "bpe"

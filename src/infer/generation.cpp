@@ -1,6 +1,7 @@
 #include "infer/generation.h"
 
 #include <algorithm>
+#include <span>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -81,11 +82,15 @@ std::string Generation::sample() {
     const float u = uniform01(sampling_.seed, kStreamSample, static_cast<uint32_t>(session_.position()), 0);
     const int32_t next = sample_token(logits_, vocab_, sampling_, u);
     generated_.push_back(next);
-    // The whole continuation decoded again: a byte-level tokenizer may hold half a UTF-8
-    // character, which then appears with the next token.
-    text_ = tokenizer_.decode(generated_);
+    // Decoding is token by token (Tokenizer::decode), and only the new text's end can
+    // complete a stop string: each step costs its own token, not the continuation so far.
+    const size_t old_size = text_.size();
+    text_ += tokenizer_.decode(std::span<const int32_t>(&next, 1));
     size_t cut = std::string::npos;
-    for (const std::string& s : stop_) cut = std::min(cut, text_.find(s));
+    for (const std::string& s : stop_) {
+        const size_t from = old_size >= s.size() - 1 ? old_size - (s.size() - 1) : 0;
+        cut = std::min(cut, text_.find(s, from));
+    }
     if (cut != std::string::npos) {
         text_.resize(std::max(cut, shown_));
         reason_ = FinishReason::stop;

@@ -68,19 +68,24 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out) { ter
 
 void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, IntegerIsa isa) {
     check_operands(w, x, isa);
-    const int w_tiles = (w.rows + kTileWeightRows - 1) / kTileWeightRows;
-    // Weight tiles split over the threads; each tile's rows stay in L1 while every activation row passes.
+    // Weight rows split over the threads, 16 at a time (a whole tile of the small-batch kernel's
+    // one-row shape); each tile's rows stay in L1 while every activation row passes.
+    constexpr int kRowsPerTask = 16;
+    const int tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < w_tiles; ++t)
-        ternary_matmul_rows(w, x, out, t * kTileWeightRows, std::min(w.rows, (t + 1) * kTileWeightRows), isa);
+    for (int t = 0; t < tasks; ++t)
+        ternary_matmul_rows(w, x, out, t * kRowsPerTask, std::min(w.rows, (t + 1) * kRowsPerTask), isa);
 }
 
 void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end,
                          IntegerIsa isa) {
     check_operands(w, x, isa);
-    if (x.rows == 1 && isa == IntegerIsa::avx512_vnni) {
-        ternary_decode_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
-                                        int8_output_factor(w.gamma, x.scales[0]), w.padded_cols / kTernaryBlock, out);
+    if (x.rows <= kSmallBatchMaxRows && isa == IntegerIsa::avx512_vnni) {
+        float factors[kSmallBatchMaxRows];
+        for (int r = 0; r < x.rows; ++r) factors[r] = int8_output_factor(w.gamma, x.scales[r]);
+        ternary_small_batch_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0),
+                                             static_cast<size_t>(x.padded_cols), x.rows, x.sums.data(), factors,
+                                             w.padded_cols / kTernaryBlock, out, static_cast<size_t>(w.rows));
         return;
     }
     const TernaryTileKernel kernel = tile_kernel(isa);

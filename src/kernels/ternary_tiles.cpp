@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/ternary_matmul.h"
+#include "kernels/vnni.h"
 
 namespace dqt {
 
@@ -130,7 +131,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
     }
 }
 
-// ---- AVX-512 VNNI, decode: 16 weight rows x 1 activation row ------------------------------
+// ---- AVX-512 VNNI, decode and small batches: 16 / R weight rows x R activation rows ------
 // GCC 12's unpack and convert intrinsics trip its own uninitialised-value warning (an
 // undefined merge source inside the intrinsic).
 #pragma GCC diagnostic push
@@ -138,7 +139,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 
 constexpr size_t kPrefetchRows = 16;
 
-// The activation row rearranged so that the 64 values shift n of a block pairs with are
+// An activation row rearranged so that the 64 values shift n of a block pairs with are
 // contiguous: out[256b + 64n + 32h + m] = a[256b + 128h + 32n + m].
 void interleave_for_codes(const int8_t* a, int blocks, int8_t* out) {
     for (int b = 0; b < blocks; ++b)
@@ -166,40 +167,123 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(con
                             _mm512_shuffle_i32x4(octets[0], octets[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-}  // namespace
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_decode_rows_avx512_vnni(
-    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, int32_t a_sum,
-    float factor, int blocks, float* out) {
-    thread_local std::vector<int8_t> interleaved;  // (blocks * 256), reused across calls
-    interleaved.resize(static_cast<size_t>(blocks) * kTernaryBlock);
-    interleave_for_codes(a, blocks, interleaved.data());
+// Weight rows [row_begin, row_end) against R interleaved activation rows a[j], 16 / R weight
+// rows at a time: each weight block is loaded and its codes unpacked once for all R rows, each
+// activation vector is loaded once per tile and block, and the 16 accumulators (lane i * R + j:
+// weight row i, activation row j; unused ones stay zero) fold into one vector of dots.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
+    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* const* a,
+    const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
+    constexpr int kRows = 16 / R;  // weight rows a tile
     const __m512i low2 = _mm512_set1_epi8(3);
-    for (int first = row_begin; first < row_end; first += 16) {
-        const int count = std::min(16, row_end - first);
-        const uint8_t* rows[16];
-        for (int i = 0; i < 16; ++i) rows[i] = packed + static_cast<size_t>(first + std::min(i, count - 1)) * row_bytes;
+    alignas(64) int32_t lane_sums[16] = {};
+    alignas(64) float lane_factors[16] = {};
+    for (int k = 0; k < kRows * R; ++k) {
+        lane_sums[k] = a_sums[k % R];
+        lane_factors[k] = factors[k % R];
+    }
+    const __m512i sums = _mm512_load_si512(lane_sums);
+    const __m512 scale = _mm512_load_ps(lane_factors);
+    for (int first = row_begin; first < row_end; first += kRows) {
+        const int count = std::min(kRows, row_end - first);
+        const uint8_t* rows[kRows];
+        for (int i = 0; i < kRows; ++i)
+            rows[i] = packed + static_cast<size_t>(first + std::min(i, count - 1)) * row_bytes;
         __m512i acc[16];
-        for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_si512();
+        for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_si512();
         for (int b = 0; b < blocks; ++b) {
-            const int8_t* a_block = interleaved.data() + static_cast<size_t>(b) * kTernaryBlock;
-            const __m512i a0 = _mm512_loadu_si512(a_block), a1 = _mm512_loadu_si512(a_block + 64),
-                          a2 = _mm512_loadu_si512(a_block + 128), a3 = _mm512_loadu_si512(a_block + 192);
-            for (int i = 0; i < 16; ++i) {
-                const uint8_t* block = rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes;
-                // The same line of the next tile's row: tiles of short rows are one 4 KiB page
-                // each, where the hardware prefetcher starts over.
-                _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchRows * row_bytes), _MM_HINT_T0);
-                const __m512i w = _mm512_loadu_si512(block);
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(w, low2), a0);
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 2), low2), a1);
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 4), low2), a2);
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(_mm512_srli_epi16(w, 6), low2), a3);
+            const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
+            const size_t w_offset = static_cast<size_t>(b) * kTernaryBlockBytes;
+            // Each weight block prefetches the same line of the row 16 rows on: tiles of short
+            // rows are one 4 KiB page or less, where the hardware prefetcher starts over. A
+            // memory-bound row or two wants the prefetches among the weight loads (a burst of
+            // 16 before them made one-row decode 1.2x slower).
+            const auto prefetch_ahead = [&](int i) {
+                _mm_prefetch(reinterpret_cast<const char*>(rows[i] + w_offset + kPrefetchRows * row_bytes), _MM_HINT_T0);
+            };
+            // Loops unrolled whole, so that accumulators and operands live in registers (32
+            // of them: 16 accumulators, the mask, a code vector and the operands held).
+            if constexpr (R <= 2) {
+                // Few activation rows, many weight rows: the block's 4R activation vectors are
+                // held and each weight block is loaded once.
+                __m512i av[4][R];
+#pragma GCC unroll 4
+                for (int n = 0; n < 4; ++n)
+#pragma GCC unroll 2
+                    for (int j = 0; j < R; ++j) av[n][j] = _mm512_loadu_si512(a[j] + a_offset + 64 * n);
+#pragma GCC unroll 16
+                for (int i = 0; i < kRows; ++i) {
+                    prefetch_ahead(i);
+                    const __m512i w = _mm512_loadu_si512(rows[i] + w_offset);
+#pragma GCC unroll 4
+                    for (int n = 0; n < 4; ++n) {
+                        const __m512i codes = _mm512_and_si512(_mm512_srli_epi16(w, 2 * n), low2);
+#pragma GCC unroll 2
+                        for (int j = 0; j < R; ++j) acc[i * R + j] = dpbusd(acc[i * R + j], codes, av[n][j]);
+                    }
+                }
+            } else {
+                // Many activation rows: each shift's R activation vectors are held while the
+                // few weight rows' codes for that shift pass.
+                for (int i = 0; i < kRows; ++i) prefetch_ahead(i);
+#pragma GCC unroll 4
+                for (int n = 0; n < 4; ++n) {
+                    __m512i av[R];
+#pragma GCC unroll 8
+                    for (int j = 0; j < R; ++j) av[j] = _mm512_loadu_si512(a[j] + a_offset + 64 * n);
+#pragma GCC unroll 5
+                    for (int i = 0; i < kRows; ++i) {
+                        const __m512i codes =
+                            _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(rows[i] + w_offset), 2 * n), low2);
+#pragma GCC unroll 8
+                        for (int j = 0; j < R; ++j) acc[i * R + j] = dpbusd(acc[i * R + j], codes, av[j]);
+                    }
+                }
             }
         }
-        const __m512i dots = _mm512_sub_epi32(fold16(acc), _mm512_set1_epi32(a_sum));
-        const __m512 values = _mm512_mul_ps(_mm512_set1_ps(factor), _mm512_cvtepi32_ps(dots));
-        _mm512_mask_storeu_ps(out + first, static_cast<__mmask16>((1u << count) - 1), values);
+        alignas(64) float values[16];
+        _mm512_store_ps(values, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(fold16(acc), sums))));
+        for (int i = 0; i < count; ++i)
+            for (int j = 0; j < R; ++j) out[static_cast<size_t>(j) * out_stride + first + i] = values[i * R + j];
+    }
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_rows_avx512_vnni(
+    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, size_t a_stride,
+    int a_rows, const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
+    const size_t interleaved_bytes = static_cast<size_t>(blocks) * kTernaryBlock;
+    // (a_rows, blocks * 256), reused across calls; 64-byte aligned, as each load must be to stay
+    // within one cache line (a std::vector's 16-byte alignment made 8 rows 1.35x slower).
+    thread_local Array<int8_t> interleaved;
+    if (interleaved.size() < static_cast<size_t>(a_rows) * interleaved_bytes)
+        interleaved = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(a_rows) * interleaved_bytes);
+    for (int r = 0; r < a_rows; ++r)
+        interleave_for_codes(a + static_cast<size_t>(r) * a_stride, blocks, interleaved.data() + r * interleaved_bytes);
+    // Chunks of weight rows small enough to stay in L1/L2 while every group of activation rows passes.
+    for (int chunk = row_begin; chunk < row_end; chunk += kSmallBatchChunkRows) {
+        const int chunk_end = std::min(row_end, chunk + kSmallBatchChunkRows);
+        for (int first = 0; first < a_rows; first += kSmallBatchGroupRows) {
+            const int count = std::min(kSmallBatchGroupRows, a_rows - first);
+            const int8_t* group[kSmallBatchGroupRows];
+            for (int j = 0; j < count; ++j) group[j] = interleaved.data() + (first + j) * interleaved_bytes;
+            const auto run = [&](auto tiles) {
+                tiles(packed, row_bytes, chunk, chunk_end, group, a_sums + first, factors + first, blocks,
+                      out + first * out_stride, out_stride);
+            };
+            switch (count) {
+                case 1: run(small_batch_tiles<1>); break;
+                case 2: run(small_batch_tiles<2>); break;
+                case 3: run(small_batch_tiles<3>); break;
+                case 4: run(small_batch_tiles<4>); break;
+                case 5: run(small_batch_tiles<5>); break;
+                case 6: run(small_batch_tiles<6>); break;
+                case 7: run(small_batch_tiles<7>); break;
+                default: run(small_batch_tiles<8>); break;
+            }
+        }
     }
 }
 #pragma GCC diagnostic pop

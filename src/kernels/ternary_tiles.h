@@ -19,13 +19,18 @@ struct TernaryTileKernel {
     int max_a_rows;  // 1 to 4
 };
 
-// The decode shape (one activation row) on AVX-512 VNNI: weight rows [row_begin, row_end) of
-// `rows` packed rows (row_bytes apart) against one int8 row `a` (blocks * 256 values), written
-// as out[o] = factor * (dot_o - a_sum). Sixteen weight rows at a time share each activation
-// load, and their sums are folded into one vector by a shuffle tree, so short rows (1024
-// weights: 4 blocks) do not spend their time in horizontal sums.
-void ternary_decode_rows_avx512_vnni(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
-                                     const int8_t* a, int32_t a_sum, float factor, int blocks, float* out);
+// The decode and small-batch shapes on AVX-512 VNNI: weight rows [row_begin, row_end) of
+// packed rows (row_bytes apart) against a_rows int8 rows a (a_stride apart, blocks * 256
+// values each), written as out[r * out_stride + o] = factors[r] * (dot(o, r) - a_sums[r]).
+// Activations are interleaved once per call; groups of up to 8 activation rows run against
+// 16 / group weight rows at a time, so a block's codes are unpacked once for the group and the
+// group's sums fold into one vector (one row: 16 weight rows share each activation load).
+inline constexpr int kSmallBatchGroupRows = 8;
+inline constexpr int kSmallBatchChunkRows = 64;  // weight rows a group pass covers before the next group
+inline constexpr int kSmallBatchMaxRows = 16;    // ternary_matmul uses this kernel up to here
+void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
+                                          const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
+                                          const float* factors, int blocks, float* out, size_t out_stride);
 
 TernaryTileKernel ternary_tile_kernel_scalar();
 TernaryTileKernel ternary_tile_kernel_avx2();         // needs AVX2

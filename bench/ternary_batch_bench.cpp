@@ -1,0 +1,126 @@
+// The ternary product at decode and small-batch shapes (1 to 16 activation rows), one thread,
+// beside its compute limit measured in the same process: how many int8 dot-product
+// instructions (AVX-512 VNNI vpdpbusd, 64 multiply-adds each) this core retires a second when
+// nothing else holds them back. The weights are the linear layers of dqt's 154M bench model
+// (dim 1024, 12 layers, FFN 2816), replicated until they span at least 4x the last-level cache,
+// so every row count reads its weights from memory, as a served model larger than the cache does.
+//
+//   build/bench_ternary_batch            rows 1, 2, 4, 8, 12, 16
+//   build/bench_ternary_batch 1 3 8      the given row counts
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/cpu_cache.h"
+#include "kernels/integer_isa.h"
+#include "kernels/ternary_matmul.h"
+#include "kernels/vnni.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// vpdpbusd a second on one core with 16 independent accumulators and register operands: the
+// limit a product kernel could reach if loads, code unpacking and sums cost nothing.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double vnni_peak_per_second() {
+    __m512i acc[16];
+    for (int k = 0; k < 16; ++k) acc[k] = _mm512_set1_epi32(k);
+    // Operands from memory the compiler cannot see through, so the loop is not folded away.
+    static volatile int8_t unsigned_byte = 1, signed_byte = -1;
+    const __m512i u = _mm512_set1_epi8(unsigned_byte), s = _mm512_set1_epi8(signed_byte);
+    constexpr long kIterations = 20'000'000;
+    double best = 0;
+    for (int repeat = 0; repeat < 5; ++repeat) {
+        const auto start = Clock::now();
+        for (long it = 0; it < kIterations; ++it) {
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; ++k) acc[k] = dqt::dpbusd(acc[k], u, s);
+        }
+        best = std::max(best, 16.0 * kIterations / seconds_since(start));
+    }
+    int32_t sink = 0;
+    for (int k = 0; k < 16; ++k) sink += _mm512_cvtsi512_si32(acc[k]);
+    if (sink == 42) std::puts("");  // the accumulators are used
+    return best;
+}
+
+struct Layer {
+    int rows, cols;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (!dqt::integer_isa_supported(dqt::IntegerIsa::avx512_vnni)) {
+        std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX-512 VNNI, the path it times\n");
+        return 1;
+    }
+    std::vector<int> row_counts = {1, 2, 4, 8, 12, 16};
+    if (argc > 1) {
+        row_counts.clear();
+        for (int i = 1; i < argc; ++i) {
+            const int rows = std::atoi(argv[i]);
+            if (rows < 1 || rows > 64) {
+                std::fprintf(stderr, "bench_ternary_batch: a row count is 1 to 64, not '%s'\n", argv[i]);
+                return 1;
+            }
+            row_counts.push_back(rows);
+        }
+    }
+    // One block of the 154M model: q, k, v, o (1024 x 1024), gate and up (2816 x 1024), down (1024 x 2816).
+    const std::vector<Layer> block = {{1024, 1024}, {1024, 1024}, {1024, 1024}, {1024, 1024},
+                                      {2816, 1024}, {2816, 1024}, {1024, 2816}};
+    uint64_t block_bytes = 0;
+    for (const Layer& l : block) block_bytes += static_cast<uint64_t>(l.rows) * dqt::ternary_padded_cols(l.cols) / 4;
+    const uint64_t cache = dqt::last_level_cache_bytes();
+    const int copies = static_cast<int>(std::max<uint64_t>(12, (4 * cache + block_bytes - 1) / block_bytes));
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int> code(-1, 1);
+    std::vector<dqt::TernaryMatrix> weights;
+    uint64_t weight_bytes = 0, macs_per_row = 0;
+    for (int c = 0; c < copies; ++c) {
+        for (const Layer& l : block) {
+            std::vector<int8_t> q(static_cast<size_t>(l.rows) * l.cols);
+            for (int8_t& v : q) v = static_cast<int8_t>(code(rng));
+            weights.push_back(dqt::pack_ternary(q.data(), l.rows, l.cols, 0.01f));
+            weight_bytes += weights.back().packed.size();
+            macs_per_row += static_cast<uint64_t>(l.rows) * weights.back().padded_cols;
+        }
+    }
+    const double peak = vnni_peak_per_second();
+    std::printf("bench_ternary_batch: %d blocks of the 154M model, %.1f MB of ternary weights (last-level cache %.1f MiB), 1 thread\n",
+                copies, weight_bytes / 1e6, cache / 1048576.0);
+    std::printf("vpdpbusd limit (registers only, same process): %.2f G/s = %.1f G int8 MAC/s\n", peak / 1e9, 64 * peak / 1e9);
+    std::printf("%5s %12s %14s %14s %12s\n", "rows", "pass ms", "G MAC/s", "of the limit", "weight GB/s");
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    for (const int rows : row_counts) {
+        std::vector<dqt::Int8Rows> inputs(2);
+        for (int which = 0; which < 2; ++which) {
+            const int cols = which == 0 ? 1024 : 2816;
+            std::vector<float> x(static_cast<size_t>(rows) * cols);
+            for (float& v : x) v = value(rng);
+            dqt::quantize_rows_int8(x.data(), rows, cols, inputs[static_cast<size_t>(which)]);
+        }
+        std::vector<float> out(static_cast<size_t>(rows) * 2816);
+        double best = 1e30;
+        for (int repeat = 0; repeat < 5; ++repeat) {
+            const auto start = Clock::now();
+            for (const dqt::TernaryMatrix& w : weights) {
+                const dqt::Int8Rows& x = inputs[w.cols == 1024 ? 0 : 1];
+                dqt::ternary_matmul_rows(w, x, out.data(), 0, w.rows, dqt::IntegerIsa::avx512_vnni);
+            }
+            best = std::min(best, seconds_since(start));
+        }
+        const double macs = static_cast<double>(macs_per_row) * rows;
+        std::printf("%5d %12.2f %14.1f %13.0f%% %12.1f\n", rows, best * 1e3, macs / best / 1e9,
+                    100.0 * macs / 64 / best / peak, weight_bytes / best / 1e9);
+    }
+    return 0;
+}
