@@ -26,7 +26,7 @@
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
-#include "kernels/vecmath.h"
+#include "kernels/read_bandwidth.h"
 #include "quant/codes.h"
 
 namespace dqt::cli {
@@ -53,52 +53,6 @@ struct BenchGenerateArgs {
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-// Sum of words [0, count), with independent lanes so it vectorises (AVX-512 where present):
-// the loop then waits on memory, not on additions.
-DQT_TARGET_CLONES uint64_t sum_words(const uint64_t* words, size_t count) {
-    constexpr int kLanes = 16;
-    uint64_t lane[kLanes] = {};
-    size_t i = 0;
-    for (; i + kLanes <= count; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) lane[l] += words[i + l];
-    for (; i < count; ++i) lane[0] += words[i];
-    uint64_t sum = 0;
-    for (int l = 0; l < kLanes; ++l) sum += lane[l];
-    return sum;
-}
-
-// Read bandwidth of this machine with the bench's threads: passes over a buffer of 4 times the
-// last-level cache and at least 512 MiB (so that no pass is served from the cache), each thread
-// summing its own contiguous share; the best pass counts. The bench takes passes before the
-// runs and one before each dqt run, so the bound follows the machine's speed during the runs
-// (this VM's bandwidth moves by a third within minutes) and can only rise with more passes.
-class ReadBandwidth {
-public:
-    explicit ReadBandwidth(uint64_t cache_bytes)
-        : words_(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t), 1) {}
-    uint64_t buffer_bytes() const { return words_.size() * sizeof(uint64_t); }
-
-    void measure_pass() {
-        const auto start = std::chrono::steady_clock::now();
-        uint64_t sum = 0;
-#pragma omp parallel reduction(+ : sum)
-        {
-            const size_t count = words_.size(), threads = static_cast<size_t>(omp_get_num_threads());
-            const size_t share = (count + threads - 1) / threads;
-            const size_t first = std::min(count, share * static_cast<size_t>(omp_get_thread_num()));
-            sum += sum_words(words_.data() + first, std::min(share, count - first));
-        }
-        best_seconds_ = std::min(best_seconds_, seconds_since(start));
-        require(sum == words_.size(), "bandwidth pass lost data");  // keeps the sum from being optimised away
-    }
-
-    double bytes_per_second() const { return static_cast<double>(words_.size() * sizeof(uint64_t)) / best_seconds_; }
-
-private:
-    std::vector<uint64_t> words_;  // all ones
-    double best_seconds_ = std::numeric_limits<double>::infinity();
-};
 
 // llama.cpp reads every tensor of the file once per token (token_embd as the head).
 double gguf_weight_bytes_per_token(const std::string& path) {

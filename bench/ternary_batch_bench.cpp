@@ -1,13 +1,14 @@
 // The ternary product at decode and small-batch shapes (1 to 16 activation rows), one thread,
-// beside its compute limit measured in the same process: how many int8 dot-product
-// instructions (AVX-512 VNNI vpdpbusd, 64 multiply-adds each) this core retires a second when
-// nothing else holds them back. The weights are the linear layers of dqt's 154M bench model
+// beside its two limits measured in the same process: how many int8 dot-product instructions
+// (AVX-512 VNNI vpdpbusd, 64 multiply-adds each) this core retires a second when nothing else
+// holds them back, and how many bytes a second it reads beyond the cache. The weights are the linear layers of dqt's 154M bench model
 // (dim 1024, 12 layers, FFN 2816), replicated until they span at least 4x the last-level cache,
 // so every row count reads its weights from memory, as a served model larger than the cache does.
 //
 //   build/bench_ternary_batch            rows 1, 2, 4, 8, 12, 16
 //   build/bench_ternary_batch 1 3 8      the given row counts
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "core/cpu_cache.h"
 #include "kernels/integer_isa.h"
+#include "kernels/read_bandwidth.h"
 #include "kernels/ternary_matmul.h"
 #include "kernels/vnni.h"
 
@@ -95,10 +97,14 @@ int main(int argc, char** argv) {
         }
     }
     const double peak = vnni_peak_per_second();
+    omp_set_num_threads(1);  // the bandwidth passes run on the kernel's one thread
+    dqt::ReadBandwidth bandwidth(cache);
+    for (int pass = 0; pass < 5; ++pass) bandwidth.measure_pass();
     std::printf("bench_ternary_batch: %d blocks of the 154M model, %.1f MB of ternary weights (last-level cache %.1f MiB), 1 thread\n",
                 copies, weight_bytes / 1e6, cache / 1048576.0);
     std::printf("vpdpbusd limit (registers only, same process): %.2f G/s = %.1f G int8 MAC/s\n", peak / 1e9, 64 * peak / 1e9);
-    std::printf("%5s %12s %14s %14s %12s\n", "rows", "pass ms", "G MAC/s", "of the limit", "weight GB/s");
+    std::printf("%5s %10s %10s %15s %13s %15s\n", "rows", "pass ms", "G MAC/s", "of VNNI limit", "weight GB/s",
+                "of read limit");
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (const int rows : row_counts) {
         std::vector<dqt::Int8Rows> inputs(2);
@@ -111,6 +117,7 @@ int main(int argc, char** argv) {
         std::vector<float> out(static_cast<size_t>(rows) * 2816);
         double best = 1e30;
         for (int repeat = 0; repeat < 5; ++repeat) {
+            bandwidth.measure_pass();  // between the passes, so both limits see the machine's same moments
             const auto start = Clock::now();
             for (const dqt::TernaryMatrix& w : weights) {
                 const dqt::Int8Rows& x = inputs[w.cols == 1024 ? 0 : 1];
@@ -119,8 +126,11 @@ int main(int argc, char** argv) {
             best = std::min(best, seconds_since(start));
         }
         const double macs = static_cast<double>(macs_per_row) * rows;
-        std::printf("%5d %12.2f %14.1f %13.0f%% %12.1f\n", rows, best * 1e3, macs / best / 1e9,
-                    100.0 * macs / 64 / best / peak, weight_bytes / best / 1e9);
+        std::printf("%5d %10.2f %10.1f %14.0f%% %13.1f %14.0f%%\n", rows, best * 1e3, macs / best / 1e9,
+                    100.0 * macs / 64 / best / peak, weight_bytes / best / 1e9,
+                    100.0 * weight_bytes / best / bandwidth.bytes_per_second());
     }
+    std::printf("read limit (1 thread, best pass over %.0f MiB, 5 before and one between the timed passes): %.1f GB/s\n",
+                bandwidth.buffer_bytes() / 1048576.0, bandwidth.bytes_per_second() / 1e9);
     return 0;
 }

@@ -137,8 +137,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-constexpr size_t kPrefetchRows = 16;
-
 // An activation row rearranged so that the 64 values shift n of a block pairs with are
 // contiguous: out[256b + 64n + 32h + m] = a[256b + 128h + 32n + m].
 void interleave_for_codes(const int8_t* a, int blocks, int8_t* out) {
@@ -168,9 +166,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(con
 }
 
 // Weight rows [row_begin, row_end) against R interleaved activation rows a[j], 16 / R weight
-// rows at a time: each weight block is loaded and its codes unpacked once for all R rows, each
-// activation vector is loaded once per tile and block, and the 16 accumulators (lane i * R + j:
-// weight row i, activation row j; unused ones stay zero) fold into one vector of dots.
+// rows at a time: each weight block is loaded and its codes unpacked once for all R rows, and
+// the tile's 16 dots (lane i * R + j: weight row i, activation row j; unused ones stay zero)
+// fold into one vector.
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
     const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* const* a,
@@ -190,43 +188,50 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
         const uint8_t* rows[kRows];
         for (int i = 0; i < kRows; ++i)
             rows[i] = packed + static_cast<size_t>(first + std::min(i, count - 1)) * row_bytes;
+        // The loops below are unrolled whole (pragmas), so that accumulators and held operands
+        // stay in registers: 32 of them hold 16 accumulators, the mask, a code vector and the rest.
         __m512i acc[16];
         for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_si512();
-        for (int b = 0; b < blocks; ++b) {
-            const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
-            const size_t w_offset = static_cast<size_t>(b) * kTernaryBlockBytes;
-            // Each weight block prefetches the same line of the row 16 rows on: tiles of short
-            // rows are one 4 KiB page or less, where the hardware prefetcher starts over. A
-            // memory-bound row or two wants the prefetches among the weight loads (a burst of
-            // 16 before them made one-row decode 1.2x slower).
-            const auto prefetch_ahead = [&](int i) {
-                _mm_prefetch(reinterpret_cast<const char*>(rows[i] + w_offset + kPrefetchRows * row_bytes), _MM_HINT_T0);
-            };
-            // Loops unrolled whole, so that accumulators and operands live in registers (32
-            // of them: 16 accumulators, the mask, a code vector and the operands held).
-            if constexpr (R <= 2) {
-                // Few activation rows, many weight rows: the block's 4R activation vectors are
-                // held and each weight block is loaded once.
-                __m512i av[4][R];
+        if constexpr (R <= 2) {
+            // Memory-bound shapes (decode, two streams): each weight row read whole, front to
+            // back, so the tile's bytes stream in address order and the hardware prefetcher
+            // runs ahead of them (a pass over the tile block by block, 16 rows interleaved, read
+            // 1.65x slower with or without software prefetches). Four partial sums per dot, one
+            // per code shift, keep four independent dpbusd chains in flight.
+#pragma GCC unroll 16
+            for (int i = 0; i < kRows; ++i) {
+                __m512i part[4][R];
 #pragma GCC unroll 4
                 for (int n = 0; n < 4; ++n)
 #pragma GCC unroll 2
-                    for (int j = 0; j < R; ++j) av[n][j] = _mm512_loadu_si512(a[j] + a_offset + 64 * n);
-#pragma GCC unroll 16
-                for (int i = 0; i < kRows; ++i) {
-                    prefetch_ahead(i);
-                    const __m512i w = _mm512_loadu_si512(rows[i] + w_offset);
+                    for (int j = 0; j < R; ++j) part[n][j] = _mm512_setzero_si512();
+                for (int b = 0; b < blocks; ++b) {
+                    const __m512i w = _mm512_loadu_si512(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes);
+                    const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
 #pragma GCC unroll 4
                     for (int n = 0; n < 4; ++n) {
                         const __m512i codes = _mm512_and_si512(_mm512_srli_epi16(w, 2 * n), low2);
 #pragma GCC unroll 2
-                        for (int j = 0; j < R; ++j) acc[i * R + j] = dpbusd(acc[i * R + j], codes, av[n][j]);
+                        for (int j = 0; j < R; ++j)
+                            part[n][j] = dpbusd(part[n][j], codes, _mm512_loadu_si512(a[j] + a_offset + 64 * n));
                     }
                 }
-            } else {
-                // Many activation rows: each shift's R activation vectors are held while the
-                // few weight rows' codes for that shift pass.
-                for (int i = 0; i < kRows; ++i) prefetch_ahead(i);
+#pragma GCC unroll 2
+                for (int j = 0; j < R; ++j)
+                    acc[i * R + j] = _mm512_add_epi32(_mm512_add_epi32(part[0][j], part[1][j]),
+                                                      _mm512_add_epi32(part[2][j], part[3][j]));
+            }
+        } else {
+            // Compute-bound shapes: the tile's few weight rows pass block by block; each
+            // shift's R activation vectors are held while those rows' codes for it pass. Each
+            // block prefetches the same line of the row 16 rows on (without, 8 rows ran 1.08x
+            // slower: a tile of short rows is a few hundred bytes of a page, where the hardware
+            // prefetcher starts over).
+            for (int b = 0; b < blocks; ++b) {
+                const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
+                const size_t w_offset = static_cast<size_t>(b) * kTernaryBlockBytes;
+                for (int i = 0; i < kRows; ++i)
+                    _mm_prefetch(reinterpret_cast<const char*>(rows[i] + w_offset + 16 * row_bytes), _MM_HINT_T0);
 #pragma GCC unroll 4
                 for (int n = 0; n < 4; ++n) {
                     __m512i av[R];

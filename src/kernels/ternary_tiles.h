@@ -23,8 +23,9 @@ struct TernaryTileKernel {
 // packed rows (row_bytes apart) against a_rows int8 rows a (a_stride apart, blocks * 256
 // values each), written as out[r * out_stride + o] = factors[r] * (dot(o, r) - a_sums[r]).
 // Activations are interleaved once per call; groups of up to 8 activation rows run against
-// 16 / group weight rows at a time, so a block's codes are unpacked once for the group and the
-// group's sums fold into one vector (one row: 16 weight rows share each activation load).
+// 16 / group weight rows at a time, and the tile's sums fold into one vector. One or two rows
+// (memory-bound) read each weight row whole, in address order; more (compute-bound) pass the
+// tile block by block, each block's codes unpacked once for the whole group.
 inline constexpr int kSmallBatchGroupRows = 8;
 inline constexpr int kSmallBatchChunkRows = 64;  // weight rows a group pass covers before the next group
 inline constexpr int kSmallBatchMaxRows = 16;    // ternary_matmul uses this kernel up to here

@@ -1,0 +1,48 @@
+#include "kernels/read_bandwidth.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "kernels/vecmath.h"
+
+namespace dqt {
+
+namespace {
+
+// Sum of words [0, count), with independent lanes so it vectorises (AVX-512 where present):
+// the loop then waits on memory, not on additions.
+DQT_TARGET_CLONES uint64_t sum_words(const uint64_t* words, size_t count) {
+    constexpr int kLanes = 16;
+    uint64_t lane[kLanes] = {};
+    size_t i = 0;
+    for (; i + kLanes <= count; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] += words[i + l];
+    for (; i < count; ++i) lane[0] += words[i];
+    uint64_t sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += lane[l];
+    return sum;
+}
+
+}  // namespace
+
+ReadBandwidth::ReadBandwidth(uint64_t cache_bytes)
+    : words_(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t), 1) {}
+
+void ReadBandwidth::measure_pass() {
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t sum = 0;
+#pragma omp parallel reduction(+ : sum)
+    {
+        const size_t count = words_.size(), threads = static_cast<size_t>(omp_get_num_threads());
+        const size_t share = (count + threads - 1) / threads;
+        const size_t first = std::min(count, share * static_cast<size_t>(omp_get_thread_num()));
+        sum += sum_words(words_.data() + first, std::min(share, count - first));
+    }
+    best_seconds_ = std::min(best_seconds_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    require(sum == words_.size(), "bandwidth pass lost data");  // keeps the sum from being optimised away
+}
+
+}  // namespace dqt
