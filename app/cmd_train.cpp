@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data_parallel/comm.h"
 #include "infer/generate.h"
+#include "model_files.h"
 #include "train/dqt_recipe.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -47,8 +48,25 @@ void prepare_default_dataset(const TrainOptions& options) {
     prepare_dataset(kDefaultCorpus, options.data_dir, "byte", 0);
 }
 
+// --init-from: the model file's weights and tokenizer; the run takes its shape (all but the
+// context length, which is a training choice), so shape flags are refused.
+InitialModel load_initial_model(const CLI::App& command, TrainArgs& args) {
+    for (const char* flag : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--ffn-act",
+                             "--vocab-size", "--no-subln", "--rope-theta", "--init-std", "--tie-embeddings"}) {
+        require(command.count(flag) == 0, std::string(flag) +
+                                              " cannot be combined with --init-from: the model's shape is the "
+                                              "initial model's (only --seq-len may change)");
+    }
+    ModelFile file = load_model_file(args.options.init_from);
+    ModelConfig shape = file.model->config;
+    if (command.count("--seq-len") > 0) shape.seq_len = args.model_flags.seq_len;
+    args.options.model = shape;
+    return {std::move(file.model), std::move(file.tokenizer)};
+}
+
 void run(CLI::App& command, TrainArgs& args) {
     set_num_threads(args.threads);
+    InitialModel init;
     if (args.resume) {
         // The checkpoint holds the run's settings; a changed flag would silently break exactness.
         for (const CLI::Option* option : command.get_options()) {
@@ -65,6 +83,7 @@ void run(CLI::App& command, TrainArgs& args) {
         ModelConfig defaults;
         defaults.vocab_size = 0;  // 0: take the dataset tokenizer's vocabulary
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
+        if (!args.options.init_from.empty()) init = load_initial_model(command, args);
         args.options.method = resolve_method_config(command, args.method_flags);
         const ExplicitSettings given{command.count("--dqt-scale") > 0, command.count("--beta1") > 0,
                                      command.count("--lr") > 0, command.count("--min-lr-ratio") > 0};
@@ -90,7 +109,7 @@ void run(CLI::App& command, TrainArgs& args) {
     control.on_nonfinite = args.on_nonfinite == "skip" ? RunControl::NonFinite::skip : RunControl::NonFinite::stop;
     control.interactive = isatty(STDERR_FILENO) == 1;
     control.quiet = args.quiet;
-    const TrainReport report = run_training(args.options, control);
+    const TrainReport report = run_training(args.options, control, std::move(init));
 
     if (args.no_sample || report.steps_done < args.options.steps || !world().is_root()) return;
     const LoadedModel loaded = load_model_checkpoint(report.checkpoint_path);
@@ -149,6 +168,11 @@ void add_train_command(CLI::App& app) {
                       "write checkpoints on a background thread: training pauses only to copy the state "
                       "(memory: one more copy of the checkpoint, about its file size)");
     command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
+    command->add_option("--init-from", o.init_from,
+                        "start from a trained model's weights (a checkpoint or a GGUF file) in this run's method: "
+                        "ternary codes by TWN (absmean from bitnet), n-bit codes by the largest scale that clips none; the run takes its shape "
+                        "and its tokenizer must be the dataset's")
+        ->check(CLI::ExistingFile);
     add_threads_flag(*command, args->threads);
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
     command->add_flag("--overwrite", args->overwrite, "start a new run in an --out that holds one (its checkpoint is replaced)")

@@ -473,3 +473,33 @@ TEST(Cli, AReluSquaredFfnTrainsAndGeneratesButDoesNotExport) {
     EXPECT_FALSE(std::filesystem::exists(root / "m.gguf"));
     expect_one_line_error(run_dqt(tiny_train_args(root / "bad") + " --ffn-act gelu"), "--ffn-act");
 }
+
+// --init-from: an 8-bit dqt run carried into ternary dqt starts from the 8-bit model's TWN
+// ternary weights (after one step at a vanishing lr its loss is the one `eval --ternary` gives
+// for the TWN rule); the run records where it started, and shape flags and --resume are refused.
+TEST(Cli, InitFromCarriesATrainedModelIntoAnotherMethod) {
+    TempDir root("cli-init-from");
+    const std::string eight = root / "eight";
+    ASSERT_EQ(run_dqt(tiny_train_args(eight) + " --method dqt --bits 8 --steps 20 --no-sample").exit_code, 0);
+    const std::string source = eight + "/checkpoint.dqt";
+    const CommandResult converted = run_dqt("eval " + source + " --ternary --json --eval-tokens 1024");
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+    const double twn_loss = nlohmann::json::parse(converted.output).at("ternary_twn_val_loss").get<double>();
+
+    const std::string ternary = root / "ternary";
+    const std::string args = "train --data " + tiny_dataset_dir() + " --out " + ternary + " --init-from " + source +
+                             " --method dqt --bits 1.58 --seq-len 32 --batch 4 --eval-tokens 1024 --quiet --no-sample";
+    const CommandResult started = run_dqt(args + " --steps 1 --lr 1e-12");
+    ASSERT_EQ(started.exit_code, 0) << started.output;
+    const CommandResult evaluated = run_dqt("eval " + ternary + "/checkpoint.dqt --json --eval-tokens 1024");
+    ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+    EXPECT_NEAR(nlohmann::json::parse(evaluated.output).at("val_loss").get<double>(), twn_loss, 1e-4);
+    const nlohmann::json config = nlohmann::json::parse(read_bytes(ternary + "/config.json"));
+    EXPECT_EQ(config.at("init_from").get<std::string>(), source);
+    EXPECT_EQ(config.at("model").at("dim").get<int>(), 32);  // the initial model's shape
+
+    expect_one_line_error(run_dqt(args + " --overwrite --dim 64"), "--dim cannot be combined with --init-from");
+    expect_one_line_error(run_dqt("train --out " + ternary + " --resume --init-from " + source),
+                          "--init-from cannot be combined with --resume");
+    expect_one_line_error(run_dqt(args + " --overwrite --init-from " + root / "missing.dqt"), "missing.dqt");
+}

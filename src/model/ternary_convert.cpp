@@ -39,6 +39,16 @@ float twn_ternarize(uint8_t* codes, const float* w, size_t count, const CodeGrid
 
 }  // namespace
 
+float ternarize_onto_codes(uint8_t* codes, const float* w, size_t count, TernaryRule rule) {
+    const CodeGrid ternary{1};
+    if (rule == TernaryRule::twn) return 1.0f / twn_ternarize(codes, w, count, ternary);
+    // BitNet's quantizer in the same float arithmetic as absmean_ternarize: round
+    // W / (gamma + eps), dequantize as q * gamma (scale 1 / gamma).
+    const float gamma = std::max(static_cast<float>(mean_abs(w, count)), 1e-12f);
+    quantize_nearest(codes, w, count, ternary, 1.0f / (gamma + kTernaryEps));
+    return 1.0f / gamma;
+}
+
 std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model, TernaryRule rule) {
     require(model.method.kind != Method::fp,
             "ternary inference needs a bitnet or dqt checkpoint: an fp model has no quantized weights");
@@ -56,16 +66,7 @@ std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model
         // Dense source values in scratch, freed when this tensor is done.
         Array<float> dense(MemCategory::scratch, tensor.count());
         model.read_dense(source, dense.data());
-        if (rule == TernaryRule::twn) {
-            converted->scale(tensor) = 1.0f / twn_ternarize(converted->code(tensor), dense.data(), tensor.count(), ternary.grid);
-            continue;
-        }
-        // BitNet's quantizer in the same float arithmetic as absmean_ternarize: round
-        // W / (gamma + eps), dequantize as q * gamma (scale 1 / gamma).
-        const float gamma = std::max(static_cast<float>(mean_abs(dense.data(), tensor.count())), 1e-12f);
-        const float rounding_scale = 1.0f / (gamma + kTernaryEps);
-        quantize_nearest(converted->code(tensor), dense.data(), tensor.count(), ternary.grid, rounding_scale);
-        converted->scale(tensor) = 1.0f / gamma;
+        converted->scale(tensor) = ternarize_onto_codes(converted->code(tensor), dense.data(), tensor.count(), rule);
     }
     return converted;
 }

@@ -10,6 +10,8 @@
 //       uniformly (the reference scale rule), where absmean's alpha is too small: on the
 //       reproduction's 8-bit model absmean costs +15% loss, twn +0.2% (docs/results.md).
 // fp32 tensors are copied unchanged.
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +23,10 @@ enum class TernaryRule { absmean, twn };
 const char* ternary_rule_name(TernaryRule rule);
 // "absmean" or "twn"; dqt::Error naming both otherwise.
 TernaryRule parse_ternary_rule(const std::string& name);
+
+// codes (count, packed ternary) = w (count) snapped to {-1, 0, 1} by `rule`; returns the
+// scale s of W = q / s.
+float ternarize_onto_codes(uint8_t* codes, const float* w, size_t count, TernaryRule rule);
 
 // dqt::Error for an fp model (it has no quantized weights to convert).
 std::unique_ptr<ModelParameters> convert_to_ternary(const ModelParameters& model,

@@ -78,7 +78,8 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"eval_tokens", o.eval_tokens},
                        {"log_every", o.log_every},
                        {"checkpoint_every", o.checkpoint_every},
-                       {"seed", o.seed}};
+                       {"seed", o.seed},
+                       {"init_from", o.init_from}};
 }
 
 void from_json(const nlohmann::json& j, TrainOptions& o) {
@@ -109,6 +110,8 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.log_every = j.at("log_every").get<int>();
         o.checkpoint_every = j.at("checkpoint_every").get<int>();
         o.seed = j.at("seed").get<uint64_t>();
+        // Absent from checkpoints written before --init-from existed: weights from the seed.
+        o.init_from = j.value("init_from", std::string());
     } catch (const nlohmann::json::exception& e) {
         throw Error("training options in checkpoint are incomplete or malformed (" + quote_untrusted(e.what(), 120) + ")");
     }

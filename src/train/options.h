@@ -35,6 +35,7 @@ struct TrainOptions {
     int log_every = 10;
     int checkpoint_every = 200;  // steps; 0 = only at the end
     uint64_t seed = 1234;
+    std::string init_from;    // the model file the weights started from (--init-from); empty: the seed
 
     // Throws dqt::Error naming the first impossible setting.
     void validate() const;

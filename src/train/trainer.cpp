@@ -78,7 +78,8 @@ struct RunSetup {
     bool finished = false;                    // resuming a run that already did all its steps
 };
 
-RunSetup settle_run(const TrainOptions& requested, const RunControl& control, const std::string& checkpoint_path) {
+RunSetup settle_run(const TrainOptions& requested, const RunControl& control, const InitialModel& init,
+                    const std::string& checkpoint_path) {
     std::optional<CheckpointRun> checkpoint;
     TrainOptions settled = requested;
     if (control.resume) {
@@ -97,6 +98,12 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
             "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
                 std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
                 std::to_string(data.tokenizer->vocab_size()));
+    if (init.model) {
+        require(!control.resume, "--init-from starts a new run: a resumed run continues from its own checkpoint");
+        require(same_tokenizer(*data.tokenizer, *init.tokenizer),
+                "--init-from " + options.init_from + " was trained with another tokenizer than the dataset " +
+                    options.data_dir + ": prepare the data with the model's tokenizer, or start from the seed");
+    }
     if (run.checkpoint) {
         require(same_tokenizer(*data.tokenizer, *run.checkpoint->tokenizer),
                 "cannot resume: the dataset " + options.data_dir +
@@ -155,7 +162,7 @@ void claim_run_folder(const TrainOptions& options, const RunControl& control, co
 // Every rank builds the same model; rank 0 alone writes files and prints.
 class TrainingRun {
 public:
-    TrainingRun(RunSetup& setup, const RunControl& control, const std::string& checkpoint_path)
+    TrainingRun(RunSetup& setup, const RunControl& control, const std::string& checkpoint_path, InitialModel& init)
         : options_(setup.options),
           data_(setup.data),
           control_(control),
@@ -163,10 +170,17 @@ public:
           comm_(world()),
           writer_(comm_.is_root()),
           ranks_(comm_.size()),
-          state_(options_, *data_.tokenizer, checkpoint_path, control.resume, control.async_checkpoint, comm_),
+          state_(options_, *data_.tokenizer, checkpoint_path, control.resume, init.model.get(),
+                 control.async_checkpoint, comm_),
           schedule_{options_.lr, options_.warmup_steps, options_.steps, options_.min_lr_ratio},
           out_(control.quiet || !writer_ ? nullptr : stderr),
           progress_(out_ ? out_ : stderr, control.interactive, options_.log_every) {
+        if (init.model) {
+            // The initial model is in the run's weights now: its copy goes, and the memory
+            // report's peaks start without it (the OS's peak RSS still counts it).
+            init = {};
+            memory_reset_peaks();
+        }
         if (!control.resume && writer_)
             write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
         if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, state_.position.step);
@@ -241,6 +255,7 @@ private:
         say("training " + std::to_string(options_.model.parameter_count()) + " parameters with " +
             options_.method.label() + ", " + std::to_string(options_.tokens_per_step()) + " tokens/step, " +
             std::to_string(options_.steps) + " steps -> " + options_.out_dir);
+        if (!options_.init_from.empty()) say("starting from the weights of " + options_.init_from);
         const std::string sharding =
             ranks_ > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks_) + " ranks" : "";
         say(state_.optimizer.describe(state_.model.layout) + sharding +
@@ -398,9 +413,9 @@ private:
 std::string checkpoint_path_in(const std::string& out_dir) { return out_dir + "/checkpoint.dqt"; }
 std::string metrics_path_in(const std::string& out_dir) { return out_dir + "/metrics.jsonl"; }
 
-TrainReport run_training(const TrainOptions& requested, const RunControl& control) {
+TrainReport run_training(const TrainOptions& requested, const RunControl& control, InitialModel init) {
     const std::string checkpoint_path = checkpoint_path_in(requested.out_dir);
-    RunSetup setup = settle_run(requested, control, checkpoint_path);
+    RunSetup setup = settle_run(requested, control, init, checkpoint_path);
     if (setup.finished) {
         if (world().is_root() && !control.quiet) {
             std::fprintf(stderr, "the run in %s already finished its %d steps: nothing to resume\n",
@@ -413,7 +428,7 @@ TrainReport run_training(const TrainOptions& requested, const RunControl& contro
     }
     std::optional<FolderLock> folder_lock;  // held until the run returns
     claim_run_folder(setup.options, control, checkpoint_path, world(), folder_lock);
-    TrainingRun run(setup, control, checkpoint_path);
+    TrainingRun run(setup, control, checkpoint_path, init);
     return run.train();
 }
 

@@ -1,11 +1,22 @@
 #pragma once
 // The training loop: sample, forward, backward, clip, update, log, evaluate, checkpoint.
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "data/tokenizer.h"
+#include "model/parameters.h"
 #include "train/options.h"
 
 namespace dqt {
+
+// The trained model a new run starts from (--init-from), loaded by the caller: its weights are
+// carried into the run's formats (model/weight_transfer.h) and then freed; its tokenizer must
+// be the dataset's.
+struct InitialModel {
+    std::unique_ptr<ModelParameters> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+};
 
 struct RunControl {
     bool resume = false;        // continue from out_dir/checkpoint.dqt
@@ -30,7 +41,8 @@ struct TrainReport {
     std::string checkpoint_path;
 };
 
-TrainReport run_training(const TrainOptions& options, const RunControl& control);
+// `init`: a new run's initial weights (options.init_from names their file); none: drawn from the seed.
+TrainReport run_training(const TrainOptions& options, const RunControl& control, InitialModel init = {});
 
 // Paths inside a run folder.
 std::string checkpoint_path_in(const std::string& out_dir);

@@ -3,12 +3,13 @@
 #include <vector>
 
 #include "data_parallel/sharded_state.h"
+#include "model/weight_transfer.h"
 
 namespace dqt {
 
 TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& tokenizer,
-                             const std::string& checkpoint_path, bool resume, bool async_checkpoint,
-                             Communicator& comm)
+                             const std::string& checkpoint_path, bool resume, const ModelParameters* initial,
+                             bool async_checkpoint, Communicator& comm)
     : model(options.model, options.method),
       plan(make_shard_plan(model.layout, comm.size())),
       optimizer(model.layout, options.optim_state, plan.owned_by(model.layout, comm.rank())),
@@ -19,6 +20,8 @@ TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& token
       comm_(comm) {
     if (resume) {
         position = load_training_state(checkpoint_path, model, optimizer);
+    } else if (initial) {
+        transfer_weights(*initial, model);
     } else {
         model.initialize(options.seed);
     }

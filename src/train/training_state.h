@@ -20,10 +20,11 @@ namespace dqt {
 
 class TrainingState {
 public:
-    // Resumes from checkpoint_path when `resume`, else initialises the weights from the seed.
+    // Resumes from checkpoint_path when `resume`; else takes the weights of `initial` in this
+    // run's formats (model/weight_transfer.h), or without one draws them from the seed.
     // async_checkpoint: checkpoints are written on a background thread (reserved here).
     TrainingState(const TrainOptions& options, const Tokenizer& tokenizer, const std::string& checkpoint_path,
-                  bool resume, bool async_checkpoint, Communicator& comm);
+                  bool resume, const ModelParameters* initial, bool async_checkpoint, Communicator& comm);
 
     ModelParameters model;
     const ShardPlan plan;
