@@ -1,8 +1,10 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataset.h"
+#include "model_files.h"
 
 namespace dqt::cli {
 
@@ -11,6 +13,7 @@ struct DataArgs {
     std::string corpus = "data/sotu";
     std::string out;
     std::string tokenizer = "byte";
+    std::string tokenizer_from;
     int vocab = 4096;
     int threads = 0;
 };
@@ -25,9 +28,23 @@ void add_data_command(CLI::App& app) {
         ->check(CLI::IsMember({"byte", "bpe"}))
         ->capture_default_str();
     command->add_option("--vocab", args->vocab, "BPE vocabulary size")->check(CLI::Range(260, 65536))->capture_default_str();
+    command->add_option("--tokenizer-from", args->tokenizer_from,
+                        "tokenize with an existing tokenizer: a dataset folder, a checkpoint or a GGUF file "
+                        "(a model's, to evaluate or fine-tune it on this corpus; needs --out)")
+        ->check(CLI::ExistingPath)
+        ->excludes("--tokenizer")
+        ->excludes("--vocab");
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         set_num_threads(args->threads);
+        if (!args->tokenizer_from.empty()) {
+            require(!args->out.empty(), "--tokenizer-from needs --out: name the dataset folder to write");
+            const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_from(args->tokenizer_from);
+            prepare_dataset(args->corpus, args->out, "", 0, tokenizer.get());
+            std::printf("dataset written to %s (the %s tokenizer of %s, %d tokens)\n", args->out.c_str(),
+                        tokenizer->kind().c_str(), args->tokenizer_from.c_str(), tokenizer->vocab_size());
+            return;
+        }
         std::string out = args->out;
         if (out.empty()) {
             std::string base = args->corpus;

@@ -1,12 +1,26 @@
 #include "model_files.h"
 
+#include <filesystem>
 #include <utility>
+
+#include "core/error.h"
 
 #include "export/gguf_model.h"
 #include "io/gguf.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
+
+std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
+    if (std::filesystem::is_directory(path)) {
+        const std::string file = path + "/tokenizer.bin";
+        require(std::filesystem::exists(file), path + " is a folder without tokenizer.bin: give a dataset folder made by "
+                                                   "`dqt data`, a checkpoint or a GGUF file");
+        return load_tokenizer_file(file);
+    }
+    if (is_gguf_file(path)) return import_gguf(path).tokenizer;
+    return read_checkpoint_run(path).tokenizer;
+}
 
 ModelFile load_model_file(const std::string& path) {
     if (is_gguf_file(path)) {

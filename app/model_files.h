@@ -19,4 +19,8 @@ struct ModelFile {
 // A GGUF file by its magic bytes, anything else as a checkpoint.
 ModelFile load_model_file(const std::string& path);
 
+// The tokenizer of a dataset folder (its tokenizer.bin), a checkpoint (read without its
+// tensors) or a GGUF file (read whole).
+std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path);
+
 }  // namespace dqt::cli

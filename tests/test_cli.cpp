@@ -503,3 +503,43 @@ TEST(Cli, InitFromCarriesATrainedModelIntoAnotherMethod) {
                           "--init-from cannot be combined with --resume");
     expect_one_line_error(run_dqt(args + " --overwrite --init-from " + root / "missing.dqt"), "missing.dqt");
 }
+
+// dqt data --tokenizer-from: a corpus tokenized with a dataset's or a model's BPE tokenizer, so
+// the model evaluates on it (eval refuses a dataset with another tokenizer); the tokenizer file
+// is the source's, byte for byte.
+TEST(Cli, DataTokenizerFromReusesAnExistingTokenizer) {
+    TempDir root("cli-tokenizer-from");
+    write_tiny_corpus(root / "first", 20);
+    write_tiny_corpus(root / "second", 12);
+    const std::string bpe = root / "first-bpe";
+    ASSERT_EQ(run_dqt("data --corpus " + root / "first" + " --tokenizer bpe --vocab 300 --out " + bpe).exit_code, 0);
+    const std::string run = root / "run";
+    ASSERT_EQ(run_dqt("train --data " + bpe + " --out " + run +
+                      " --dim 32 --layers 1 --heads 2 --ffn 64 --seq-len 32 --batch 4 --steps 2 --eval-tokens 256 "
+                      "--quiet --no-sample")
+                  .exit_code,
+              0);
+    const std::string checkpoint = run + "/checkpoint.dqt";
+    for (const std::string& source : {bpe, checkpoint}) {
+        const std::string out = root / ("second-from-" + std::filesystem::path(source).filename().string());
+        const CommandResult made = run_dqt("data --corpus " + root / "second" + " --tokenizer-from " + source +
+                                           " --out " + out);
+        ASSERT_EQ(made.exit_code, 0) << made.output;
+        EXPECT_NE(made.output.find("the bpe tokenizer of " + source + ", 300 tokens"), std::string::npos) << made.output;
+        EXPECT_EQ(read_bytes(out + "/tokenizer.bin"), read_bytes(bpe + "/tokenizer.bin"));
+        const CommandResult evaluated = run_dqt("eval " + checkpoint + " --data " + out + " --eval-tokens 256");
+        EXPECT_EQ(evaluated.exit_code, 0) << evaluated.output;
+    }
+    const std::string byte_data = root / "second-byte";
+    ASSERT_EQ(run_dqt("data --corpus " + root / "second" + " --out " + byte_data).exit_code, 0);
+    expect_one_line_error(run_dqt("eval " + checkpoint + " --data " + byte_data + " --eval-tokens 256"),
+                          "different tokenizer");
+    expect_one_line_error(run_dqt("data --corpus " + root / "second" + " --tokenizer-from " + bpe),
+                          "--tokenizer-from needs --out");
+    expect_one_line_error(run_dqt("data --corpus " + root / "second" + " --tokenizer-from " + bpe +
+                                  " --vocab 400 --out " + root / "x"),
+                          "--vocab excludes --tokenizer-from");
+    expect_one_line_error(run_dqt("data --corpus " + root / "second" + " --tokenizer-from " + root / "second" +
+                                  " --out " + root / "y"),
+                          "without tokenizer.bin");
+}

@@ -66,8 +66,8 @@ std::vector<std::string> take_texts(std::vector<Document>& documents) {
 }  // namespace
 
 DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir,
-                            const std::string& tokenizer_kind, int bpe_vocab) {
-    require(tokenizer_kind == "byte" || tokenizer_kind == "bpe",
+                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing) {
+    require(existing || tokenizer_kind == "byte" || tokenizer_kind == "bpe",
             "unknown tokenizer '" + tokenizer_kind + "': use byte or bpe");
     CorpusSplit split = split_corpus(read_corpus(corpus_path));
     require(!split.val.empty(), "corpus " + corpus_path + " has only " + std::to_string(split.train.size()) +
@@ -76,8 +76,11 @@ DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& o
     const std::vector<std::string> train_texts = take_texts(split.train);
     const std::vector<std::string> val_texts = take_texts(split.val);
 
-    const std::unique_ptr<Tokenizer> tokenizer =
-        tokenizer_kind == "bpe" ? train_bpe_tokenizer(train_texts, bpe_vocab, num_threads()) : make_byte_tokenizer();
+    std::unique_ptr<Tokenizer> made;
+    if (!existing) {
+        made = tokenizer_kind == "bpe" ? train_bpe_tokenizer(train_texts, bpe_vocab, num_threads()) : make_byte_tokenizer();
+    }
+    const Tokenizer* tokenizer = existing ? existing : made.get();
 
     std::error_code ec;
     fs::create_directories(out_dir, ec);

@@ -29,8 +29,10 @@ struct DatasetInfo {
 // Reads the corpus (see read_corpus, split_corpus), builds the tokenizer ("byte", or "bpe"
 // trained on the training documents only, with bpe_vocab tokens), and writes the four files
 // into out_dir (created if needed), each atomically. Uses num_threads() threads.
+// `existing`: tokenize with this tokenizer instead (a model's, to evaluate or fine-tune it on
+// another corpus); tokenizer_kind and bpe_vocab are then not used.
 DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir,
-                            const std::string& tokenizer_kind, int bpe_vocab);
+                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing = nullptr);
 
 struct Dataset {
     std::unique_ptr<Tokenizer> tokenizer;
