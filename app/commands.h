@@ -45,6 +45,7 @@ struct MethodFlags {
     std::string optim_state = "32";
     bool quantize_embedding = false;
     bool quantize_head = false;
+    int residual_bits = 0;               // --dqt-residual-bits
 };
 void add_method_flags(CLI::App& command, MethodFlags& flags);
 // Parses and validates the flags; --bits and --rounding given without --method dqt are errors.

@@ -183,6 +183,101 @@ TEST(DqtUpdate, NearestLosesSmallUpdatesStochasticKeepsThemInExpectation) {
     }
 }
 
+// With sub-grid residuals, five steps on fresh random codes, residuals and gradients: every
+// code and residual equals the float64 reference fed the same uniforms (the weight's position
+// q R + r on the fine grid at most one fine step off, and rarely: a float-versus-double tie).
+TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(seed);
+    for (const int bits : {1, 4})
+    for (const int residual_bits : {1, 3, 8})
+    for (const Rounding mode : {Rounding::stochastic, Rounding::nearest}) {
+        SCOPED_TRACE("bits " + std::to_string(bits) + ", residual bits " + std::to_string(residual_bits) + ", " +
+                     rounding_name(mode));
+        const CodeGrid grid{bits};
+        const int steps = 1 << residual_bits;
+        const size_t count = 1003;
+        const int tensor_id = 2;
+        std::uniform_int_distribution<int> pick(grid.qn(), grid.qp()), pick_r(-steps / 2, steps / 2 - 1);
+        std::vector<uint8_t> codes(code_bytes(grid, count));
+        std::vector<int> q(count), r(count);
+        TensorMoments moments(0, count, StateDtype::fp32, true);
+        for (size_t i = 0; i < count; ++i) {
+            q[i] = pick(rng);
+            r[i] = pick_r(rng);
+            write_code(codes.data(), grid, i, q[i]);
+            moments.residual[i] = static_cast<int8_t>(r[i]);
+        }
+        float scale = grid.qp() / 0.03f;
+        double scale_ref = scale, scale_m_ref = 0.0, scale_v_ref = 0.0;
+        std::vector<float> g(count);
+        std::vector<double> m_ref(count, 0.0), v_ref(count, 0.0), g_ref(count);
+        AdamWConfig config;
+        config.weight_decay = 0.01f;
+        const float lr = 0.3f / scale;  // a third of a grid step: codes move, residuals more so
+        int ties = 0, moved = 0;
+        for (int64_t t = 1; t <= 5; ++t) {
+            std::normal_distribution<float> normal(0.0f, 0.01f);
+            for (size_t i = 0; i < count; ++i) g_ref[i] = g[i] = normal(rng);
+            std::vector<float> u(count);
+            for (size_t group = 0; group < (count + 3) / 4; ++group) {
+                const auto draw = rounding_uniforms(seed, t, tensor_id, group);
+                for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
+            }
+            dqt_step(CodedTensor{codes.data(), &scale, count, grid, tensor_id}, g.data(), moments, config, lr, t,
+                     DqtRounding{mode, seed, ScaleRule::learned, residual_bits});
+            const std::vector<int> q_before = q;
+            scale_ref = dqt_update_reference(q.data(), scale_ref, m_ref.data(), v_ref.data(), g_ref.data(), u.data(),
+                                             count, grid, config, lr, t, mode, ScaleRule::learned, scale_m_ref,
+                                             scale_v_ref, r.data(), residual_bits);
+            ASSERT_NEAR(scale, scale_ref, 1e-5 * scale_ref);
+            scale = static_cast<float>(scale_ref);
+            for (size_t i = 0; i < count; ++i) {
+                const int fast_q = read_code(codes.data(), grid, i), fast_r = moments.residual[i];
+                ASSERT_TRUE(fast_r >= -steps / 2 && fast_r < steps / 2) << "residual " << fast_r << " at " << i;
+                moved += q[i] != q_before[i];
+                if (fast_q == q[i] && fast_r == r[i]) continue;
+                ASSERT_LE(std::abs((fast_q * steps + fast_r) - (q[i] * steps + r[i])), 1) << "element " << i;
+                ++ties;
+                q[i] = fast_q;
+                r[i] = fast_r;
+            }
+        }
+        EXPECT_LE(ties, 3);
+        EXPECT_GT(moved, static_cast<int>(count) / 20) << "the update barely moved any code";
+    }
+}
+
+// Updates of a tenth of a grid step in one direction: with nearest rounding and no residual
+// no code ever moves; with an 8-bit residual the steps add up, and after ten of them every
+// weight has moved one whole grid step, with no randomness at all.
+TEST(DqtUpdate, ResidualsAccumulateUpdatesSmallerThanAGridStep) {
+    const CodeGrid grid{1};
+    const size_t count = 64;
+    AdamWConfig config;
+    config.weight_decay = 0.0f;
+    config.beta1 = 0.0f;  // m = g: every step is lr * sign(g) (eps negligible)
+    config.beta2 = 0.0f;
+    const float scale = 50.0f;
+    const float lr = 0.1f / scale;
+    const std::vector<float> g(count, 1.0f);
+    for (const int residual_bits : {0, 8}) {
+        std::vector<uint8_t> codes(code_bytes(grid, count));
+        for (size_t i = 0; i < count; ++i) write_code(codes.data(), grid, i, 1);
+        TensorMoments moments(0, count, StateDtype::fp32, residual_bits > 0);
+        float s = scale;
+        for (int64_t t = 1; t <= 10; ++t) {
+            dqt_step(CodedTensor{codes.data(), &s, count, grid, 3}, g.data(), moments, config, lr, t,
+                     DqtRounding{Rounding::nearest, 5, ScaleRule::reference, residual_bits});
+        }
+        for (size_t i = 0; i < count; ++i) {
+            // 1 - 10 x 0.1 = 0, up to float rounding of the residual's last step.
+            EXPECT_EQ(read_code(codes.data(), grid, i), residual_bits > 0 ? 0 : 1) << residual_bits;
+        }
+    }
+}
+
 // The scale follows the reference code's rule s = qp / max(W): unchanged while a code sits
 // at qp, rescaled when none does.
 TEST(DqtUpdate, ScaleIsKeptWhileTheTopCodeIsUsed) {

@@ -41,6 +41,9 @@ std::optional<OptimizerState> gather_optimizer_state(const ParamLayout& layout, 
         auto count = [&](int r) { return plan.owned(tensor, r).size(); };
         gather_items(comm, mine.m.data(), out ? out->m.data() : nullptr, bytes, first, count);
         gather_items(comm, mine.v.data(), out ? out->v.data() : nullptr, bytes, first, count);
+        if (tensor.residual_bits > 0) {
+            gather_items(comm, mine.residual.data(), out ? out->residual.data() : nullptr, 1, first, count);
+        }
         if (mine.dtype != StateDtype::q8) continue;
         auto first_block = [&](int r) { return first(r) / kStateBlock; };
         auto blocks = [&](int r) { return (count(r) + kStateBlock - 1) / kStateBlock; };

@@ -19,6 +19,8 @@ void MethodConfig::validate() const {
         require(rounding == Rounding::stochastic, "--rounding applies to --method dqt only");
         require(scale_rule == ScaleRule::reference, "--dqt-scale applies to --method dqt only");
     }
+    require(residual_bits >= 0 && residual_bits <= 8, "--dqt-residual-bits must be 0 to 8, got " + std::to_string(residual_bits));
+    require(residual_bits == 0 || kind == Method::dqt, "--dqt-residual-bits applies to --method dqt only");
 }
 
 std::string MethodConfig::label() const {
@@ -27,7 +29,8 @@ std::string MethodConfig::label() const {
         case Method::bitnet: return "bitnet";
         case Method::dqt:
             return "dqt-" + grid.label() + (rounding == Rounding::nearest ? "-nearest" : "") +
-                   (scale_rule == ScaleRule::learned ? "-learned-scale" : "");
+                   (scale_rule == ScaleRule::learned ? "-learned-scale" : "") +
+                   (residual_bits > 0 ? "-residual" + std::to_string(residual_bits) : "");
     }
     return "?";
 }
@@ -77,6 +80,7 @@ void to_json(nlohmann::json& j, const MethodConfig& c) {
                        {"bits", c.grid.label()},
                        {"rounding", rounding_name(c.rounding)},
                        {"scale_rule", scale_rule_name(c.scale_rule)},
+                       {"residual_bits", c.residual_bits},
                        {"quantize_embedding", c.quantize_embedding},
                        {"quantize_head", c.quantize_head},
                        {"compute_dtype", compute_dtype_name(c.compute)}};
@@ -89,6 +93,8 @@ void from_json(const nlohmann::json& j, MethodConfig& c) {
         c.rounding = parse_rounding(j.at("rounding").get<std::string>());
         // Absent in files written before the learned scale existed: those used the reference rule.
         c.scale_rule = parse_scale_rule(j.value("scale_rule", std::string("reference")));
+        // Absent in files written before the residual existed: none.
+        c.residual_bits = j.value("residual_bits", 0);
         c.quantize_embedding = j.at("quantize_embedding").get<bool>();
         c.quantize_head = j.at("quantize_head").get<bool>();
         c.compute = parse_compute_dtype(j.at("compute_dtype").get<std::string>());

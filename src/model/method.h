@@ -31,6 +31,11 @@ struct MethodConfig {
     CodeGrid grid{1};                          // dqt: code format ("bits"), ternary by default
     Rounding rounding = Rounding::stochastic;  // dqt: how updates return to the grid
     ScaleRule scale_rule = ScaleRule::reference;  // dqt: how the scale moves
+    // dqt: bits of each coded weight's sub-grid residual (0: none). The weight's position on a
+    // grid 2^residual_bits times finer than its codes' is kept between steps (optimizer state,
+    // one int8 a weight), so an update smaller than a grid step accumulates instead of being
+    // rounded away or turned into a random flip; the forward still reads only the codes.
+    int residual_bits = 0;
     bool quantize_embedding = false;
     bool quantize_head = false;
     ComputeDtype compute = ComputeDtype::fp32;  // bf16: GEMM operands rounded to bf16

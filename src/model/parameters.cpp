@@ -34,6 +34,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
         tensor.flat_offset = layout.total;
         layout.total += round_up(tensor.count(), kGradientTensorAlign);
         if (tensor.stores_codes()) {
+            tensor.residual_bits = method.residual_bits;
             tensor.code_offset = layout.code_total;
             layout.code_total += round_up(tensor.traits().stored_bytes(tensor.count()), 64);
         } else {

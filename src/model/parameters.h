@@ -27,6 +27,7 @@ struct ParamTensor {
     WeightFormat format = WeightFormat::f32;
     size_t value_offset = 0;  // fp32-stored formats: into ModelParameters::values, in floats
     size_t code_offset = 0;   // coded formats: into ModelParameters::codes, in bytes
+    int residual_bits = 0;    // coded formats: bits of the sub-grid residual the optimizer state keeps (0: none)
 
     size_t count() const { return static_cast<size_t>(rows) * cols; }
     const WeightFormatTraits& traits() const { return weight_format_traits(format); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "core/error.h"
 #include "kernels/vecmath.h"
 #include "optim/moment_blocks.h"
 
@@ -17,9 +18,12 @@ using UpdateConstants = DqtStep::Constants;
 // codes decoded into a small array, the arithmetic in a loop that vectorises, codes written
 // back. A range holds whole packed bytes, so no two threads touch the same byte.
 // With dot (a learned scale), also adds sum g_i q_i of the old codes (optim/scale_gradient.h).
+// With r (sub-grid residuals, pointing at element first), the weight is q + r / R grid steps
+// (R = 2^residual_bits): it is rounded stochastically onto that finer grid, then split into the
+// nearest code and what remains.
 template <typename Moment>
-inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, size_t first,
-                         size_t last, ExactSum* dot) {
+inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, int8_t* r,
+                         size_t first, size_t last, ExactSum* dot) {
     constexpr size_t kBlock = 256;
     const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
     const float inv_old_scale = 1.0f / k.old_scale;
@@ -37,10 +41,15 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
         const float* g_block = g + (begin - first);
         Moment* m_block = m + (begin - first);
         Moment* v_block = v + (begin - first);
+        int8_t* r_block = r ? r + (begin - first) : nullptr;
         if (dot) {
             int64_t block_sum = 0;  // kBlock terms of at most 2^52 each fit
             for (size_t i = 0; i < n; ++i) block_sum += exact_term(static_cast<double>(g_block[i]) * q[i]);
             *dot += block_sum;
+        }
+        if (r_block) {
+            // Exact in float: |q R + r| < 2^24, and R is a power of two.
+            for (size_t i = 0; i < n; ++i) q[i] += static_cast<float>(r_block[i]) * k.inv_residual_steps;
         }
         for (size_t i = 0; i < n; ++i) {
             const float m_i = k.b1 * load_moment(m_block, i) + (1.0f - k.b1) * g_block[i];
@@ -49,7 +58,14 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
             store_moment(v_block, i, v_i);
             const float stepped = q[i] * inv_old_scale - k.step_size * m_i / (std::sqrt(v_i) + k.eps);
             const float x = std::min(std::max(stepped * k.keep * k.new_scale, qn), qp);
-            q[i] = k.stochastic ? stochastic_round(x, u[i]) : nearest_round(x);
+            if (!r_block) {
+                q[i] = k.stochastic ? stochastic_round(x, u[i]) : nearest_round(x);
+                continue;
+            }
+            const float fine = x * k.residual_steps;  // in [qn R, qp R]
+            const float rounded = k.stochastic ? stochastic_round(fine, u[i]) : nearest_round(fine);
+            q[i] = std::floor((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
+            r_block[i] = static_cast<int8_t>(rounded - q[i] * k.residual_steps);             // in [-R/2, R/2)
         }
         for (size_t i = 0; i < n; ++i) write_code(codes, k.grid, begin + i, static_cast<int>(q[i]));
     }
@@ -57,20 +73,20 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
 
 // Cloned for AVX-512 / AVX2, where floor, nearbyint and sqrt are single instructions.
 DQT_TARGET_CLONES void update_range_f32(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v,
-                                        size_t first, size_t last, ExactSum* dot) {
-    update_range(k, codes, g, m, v, first, last, dot);
+                                        int8_t* r, size_t first, size_t last, ExactSum* dot) {
+    update_range(k, codes, g, m, v, r, first, last, dot);
 }
 DQT_TARGET_CLONES void update_range_bf16(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m,
-                                         uint16_t* v, size_t first, size_t last, ExactSum* dot) {
-    update_range(k, codes, g, m, v, first, last, dot);
+                                         uint16_t* v, int8_t* r, size_t first, size_t last, ExactSum* dot) {
+    update_range(k, codes, g, m, v, r, first, last, dot);
 }
-void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v, size_t first,
-                      size_t last, ExactSum* dot) {
-    update_range_f32(k, codes, g, m, v, first, last, dot);
-}
-void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m, uint16_t* v,
+void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, float* m, float* v, int8_t* r,
                       size_t first, size_t last, ExactSum* dot) {
-    update_range_bf16(k, codes, g, m, v, first, last, dot);
+    update_range_f32(k, codes, g, m, v, r, first, last, dot);
+}
+void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, uint16_t* m, uint16_t* v, int8_t* r,
+                      size_t first, size_t last, ExactSum* dot) {
+    update_range_bf16(k, codes, g, m, v, r, first, last, dot);
 }
 
 }  // namespace
@@ -96,6 +112,8 @@ DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr,
     k_.seed = rounding.seed;
     k_.t = t;
     k_.tensor_id = tensor.tensor_id;
+    k_.residual_steps = rounding.residual_bits > 0 ? static_cast<float>(1 << rounding.residual_bits) : 0.0f;
+    k_.inv_residual_steps = rounding.residual_bits > 0 ? 1.0f / k_.residual_steps : 0.0f;
 }
 
 void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t last,
@@ -104,9 +122,13 @@ void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t
     // Each block runs on some thread: it sums its own part, then adds it under a lock (integer
     // addition is exact, so the order in which threads add does not matter).
     std::mutex dot_lock;
+    require(k_.residual_steps == 0.0f || moments.residual.size() == moments.count,
+            "DqtStep: the optimizer state holds no sub-grid residuals for tensor " + std::to_string(k_.tensor_id));
+    int8_t* residual = k_.residual_steps > 0.0f ? moments.residual.data() : nullptr;
     for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
         ExactSum part = 0;
-        update_range_any(k_, tensor_.codes, g + (block_first - first), m, v, block_first, block_last,
+        update_range_any(k_, tensor_.codes, g + (block_first - first), m, v,
+                         residual ? residual + (block_first - moments.first) : nullptr, block_first, block_last,
                          dot ? &part : nullptr);
         if (dot) {
             const std::lock_guard<std::mutex> hold(dot_lock);
@@ -132,7 +154,8 @@ void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
 
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
-                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v) {
+                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v, int* r,
+                            int residual_bits) {
     int top = grid.qn() - 1;
     double code_gradient_dot = 0.0;
     for (size_t i = 0; i < count; ++i) {
@@ -143,15 +166,23 @@ double dqt_update_reference(int* q, double scale, double* m, double* v, const do
     const double new_scale = !learned && top > 0 ? grid.qp() / (top / scale) : scale;  // qp / max(W_prev)
     const double bias1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(t));
     const double bias2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(t));
+    const double steps = residual_bits > 0 ? std::ldexp(1.0, residual_bits) : 1.0;  // R
     for (size_t i = 0; i < count; ++i) {
-        const double w = q[i] / scale;
+        const double w = (q[i] + (residual_bits > 0 ? r[i] / steps : 0.0)) / scale;
         m[i] = config.beta1 * m[i] + (1.0 - config.beta1) * g[i];
         v[i] = config.beta2 * v[i] + (1.0 - config.beta2) * g[i] * g[i];
         const double w1 = w - lr * std::sqrt(bias2) / bias1 * m[i] / (std::sqrt(v[i]) + config.eps);
         const double w2 = w1 - lr * config.weight_decay * w1;
         const double x = std::clamp(w2 * new_scale, static_cast<double>(grid.qn()), static_cast<double>(grid.qp()));
-        const double lower = std::floor(x);
-        q[i] = static_cast<int>(mode == Rounding::stochastic ? lower + (u[i] < x - lower ? 1.0 : 0.0) : std::nearbyint(x));
+        const double fine = x * steps;
+        const double lower = std::floor(fine);
+        const double rounded = mode == Rounding::stochastic ? lower + (u[i] < fine - lower ? 1.0 : 0.0) : std::nearbyint(fine);
+        if (residual_bits == 0) {
+            q[i] = static_cast<int>(rounded);
+            continue;
+        }
+        q[i] = static_cast<int>(std::floor(rounded / steps + 0.5));
+        r[i] = static_cast<int>(rounded - q[i] * steps);
     }
     if (!learned) return new_scale;
     // W = q d with d = 1 / scale: dL/dlog d = d * sum_i g_i q_i.

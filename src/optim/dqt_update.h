@@ -11,6 +11,9 @@
 // under ScaleRule::learned, the old scale, after which the grid step d = 1 / s takes its own
 // Adam step on log d (same lr, betas, eps and bias correction; no decay) from
 // dL/dlog d = d * sum_i g_i q_i (optim/scale_gradient.h).
+// With sub-grid residuals (DqtRounding::residual_bits = b > 0, R = 2^b): W = (q + r / R) / s,
+// and the rounding is onto the grid R times finer, x R -> y, then q = the code nearest y / R
+// (ties up) and r = y - q R in [-R/2, R/2). The forward reads q only; r lives in the moments.
 #include <cstddef>
 #include <cstdint>
 
@@ -35,6 +38,7 @@ struct DqtRounding {
     Rounding mode = Rounding::stochastic;
     uint64_t seed = 0;
     ScaleRule scale_rule = ScaleRule::reference;
+    int residual_bits = 0;  // > 0: the moments hold sub-grid residuals (model/method.h)
 };
 
 // One DQT step of a coded tensor, applied to element ranges (each once, any order) and then
@@ -63,6 +67,8 @@ public:
         uint64_t seed;
         int64_t t;
         int tensor_id;
+        float residual_steps;      // R = 2^residual_bits sub-grid steps a grid step; 0: no residual
+        float inv_residual_steps;  // 1 / R
     };
 
 private:
@@ -71,10 +77,11 @@ private:
 };
 
 // Float64 reference of the same update: q holds codes as integers; u[i] is element i's
-// uniform (ignored for nearest); scale_m, scale_v the learned rule's moments. Returns the new
-// scale.
+// uniform (ignored for nearest); scale_m, scale_v the learned rule's moments; r the sub-grid
+// residuals when residual_bits > 0. Returns the new scale.
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
-                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v);
+                            Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v,
+                            int* r = nullptr, int residual_bits = 0);
 
 }  // namespace dqt

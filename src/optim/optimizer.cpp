@@ -12,7 +12,8 @@ TensorUpdate::TensorUpdate(ModelParameters& model, const ParamTensor& tensor, Op
     if (tensor.stores_codes()) {
         const CodedTensor coded{model.code(tensor), &model.scale(tensor), tensor.count(), model.method.grid,
                                 tensor.tensor_id};
-        dqt_.emplace(coded, config, lr, t, DqtRounding{model.method.rounding, seed, model.method.scale_rule});
+        dqt_.emplace(coded, config, lr, t,
+                     DqtRounding{model.method.rounding, seed, model.method.scale_rule, tensor.residual_bits});
     } else {
         adamw_.emplace(config, lr, t, tensor.is_matrix());
     }

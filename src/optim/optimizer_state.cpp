@@ -23,8 +23,9 @@ const char* state_dtype_bits(StateDtype dtype) {
     return "?";
 }
 
-TensorMoments::TensorMoments(size_t first_element, size_t n, StateDtype d, MemCategory category)
+TensorMoments::TensorMoments(size_t first_element, size_t n, StateDtype d, bool with_residual, MemCategory category)
     : dtype(d), first(first_element), count(n) {
+    if (with_residual) residual = Array<int8_t>(category, count);
     m = Buffer(category, count * element_bytes());
     v = Buffer(category, count * element_bytes());
     if (dtype == StateDtype::q8) {
@@ -50,7 +51,8 @@ OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, 
     : requested_(requested) {
     tensors_.reserve(layout.tensors.size());
     for (const ParamTensor& tensor : layout.tensors) {
-        tensors_.emplace_back(0, tensor.count(), tensor_state_dtype(tensor, requested), category);
+        tensors_.emplace_back(0, tensor.count(), tensor_state_dtype(tensor, requested), tensor.residual_bits > 0,
+                              category);
     }
 }
 
@@ -60,6 +62,7 @@ void copy_moments_range(const TensorMoments& full, TensorMoments& part) {
     const size_t bytes = part.element_bytes();
     std::memcpy(part.m.data(), full.m.as<char>() + part.first * bytes, part.count * bytes);
     std::memcpy(part.v.data(), full.v.as<char>() + part.first * bytes, part.count * bytes);
+    if (part.residual.size() > 0) std::copy_n(full.residual.data() + part.first, part.count, part.residual.data());
     if (part.dtype == StateDtype::q8) {
         const size_t first_block = part.first / kStateBlock;
         std::copy_n(full.m_absmax.data() + first_block, part.blocks(), part.m_absmax.data());
@@ -72,7 +75,7 @@ OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, 
     tensors_.reserve(layout.tensors.size());
     for (const ParamTensor& tensor : layout.tensors) {
         const ElementRange range = owned[static_cast<size_t>(tensor.tensor_id)];
-        tensors_.emplace_back(range.first, range.size(), tensor_state_dtype(tensor, requested));
+        tensors_.emplace_back(range.first, range.size(), tensor_state_dtype(tensor, requested), tensor.residual_bits > 0);
     }
 }
 
@@ -89,6 +92,16 @@ std::string OptimizerState::describe(const ParamLayout& layout) const {
     if (kept_tensors > 0) {
         text += "; fp32 for " + std::to_string(kept_tensors) + " small tensors (" + std::to_string(kept_values) +
                 " values)";
+    }
+    size_t residual_values = 0;
+    int residual_bits = 0;
+    for (const ParamTensor& tensor : layout.tensors) {
+        residual_values += of(tensor).residual.size();
+        residual_bits = std::max(residual_bits, tensor.residual_bits);
+    }
+    if (residual_values > 0) {
+        text += "; " + std::to_string(residual_bits) + "-bit sub-grid residuals of " + std::to_string(residual_values) +
+                " coded weights (one byte each)";
     }
     return text;
 }

@@ -33,11 +33,16 @@ struct TensorMoments {
     size_t count = 0;
     Buffer m, v;                  // (count) fp32, bf16 or 8-bit codes (of m and sqrt(v)); category optimizer
     Array<float> m_absmax, v_absmax;  // (blocks) 8-bit only; category optimizer
+    // A coded tensor's sub-grid residuals (ParamTensor::residual_bits > 0): element i's
+    // position between grid points, in units of 2^-residual_bits of a grid step, in
+    // [-2^(bits-1), 2^(bits-1)); category optimizer.
+    Array<int8_t> residual;
     // Adam's moments of a learned DQT scale's log grid step (model/method.h): two numbers per
     // tensor, the same on every rank (each rank updates every scale).
     float scale_moments[2] = {};  // {m, v}
 
-    TensorMoments(size_t first, size_t count, StateDtype dtype, MemCategory category = MemCategory::optimizer);
+    TensorMoments(size_t first, size_t count, StateDtype dtype, bool residual = false,
+                  MemCategory category = MemCategory::optimizer);
     size_t element_bytes() const;
     size_t blocks() const { return (count + kStateBlock - 1) / kStateBlock; }
 };

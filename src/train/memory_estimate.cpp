@@ -6,8 +6,9 @@ namespace dqt {
 
 namespace {
 
-// The bytes of all weights, by role, in each role's weight format; from the config's
-// arithmetic alone (a crafted config's billion layers are never listed).
+// The bytes of all weights, by role, in each role's weight format, and (with sub-grid
+// residuals) one byte for each coded weight; from the config's arithmetic alone (a crafted
+// config's billion layers are never listed).
 double stored_weight_bytes(const ModelConfig& c, const MethodConfig& method) {
     const size_t C = static_cast<size_t>(c.dim), V = static_cast<size_t>(c.vocab_size);
     const size_t per_layer = C * C * 2 + C * static_cast<size_t>(c.kv_dim()) * 2 + 3 * C * static_cast<size_t>(c.ffn_dim);
@@ -15,7 +16,9 @@ double stored_weight_bytes(const ModelConfig& c, const MethodConfig& method) {
     const size_t ends = V * C * (c.tie_embeddings ? 1 : 2);
     const size_t norms = static_cast<size_t>(c.parameter_count()) - block_linears - ends;
     auto bytes = [&](TensorRole role, size_t count) {
-        return static_cast<double>(weight_format_traits(weight_format_of(role, method)).stored_bytes(count));
+        const WeightFormatTraits& format = weight_format_traits(weight_format_of(role, method));
+        const size_t residual = format.stores_codes && method.residual_bits > 0 ? count : 0;
+        return static_cast<double>(format.stored_bytes(count) + residual);
     };
     return bytes(TensorRole::block_linear, block_linears) + bytes(TensorRole::embedding, V * C) +
            (c.tie_embeddings ? 0.0 : bytes(TensorRole::head, V * C)) + bytes(TensorRole::norm, norms);

@@ -87,8 +87,9 @@ bool has_scale_moments(const ModelParameters& model, const ParamTensor& tensor) 
 }
 
 // "adam.m.NAME" and "adam.v.NAME" in the tensor's shape (8-bit: the codes), for 8-bit state
-// "adam.m_absmax.NAME" and "adam.v_absmax.NAME" (f32, one per block), and for a learned scale
-// "adam.scale.NAME" (f32 [2]: m, v).
+// "adam.m_absmax.NAME" and "adam.v_absmax.NAME" (f32, one per block), for a learned scale
+// "adam.scale.NAME" (f32 [2]: m, v), and with sub-grid residuals "dqt.residual.NAME" (i8, the
+// tensor's shape).
 void add_moments(std::vector<TensorView>& out, const ModelParameters& model, const ParamTensor& tensor,
                  const TensorMoments& moments) {
     if (has_scale_moments(model, tensor)) {
@@ -102,6 +103,10 @@ void add_moments(std::vector<TensorView>& out, const ModelParameters& model, con
         out.push_back({"adam.m_absmax." + tensor.name, "f32", blocks, moments.m_absmax.data(), moments.m_absmax.bytes()});
         out.push_back({"adam.v_absmax." + tensor.name, "f32", blocks, moments.v_absmax.data(), moments.v_absmax.bytes()});
     }
+    if (tensor.residual_bits > 0) {
+        out.push_back({"dqt.residual." + tensor.name, "i8", shape_of(tensor), moments.residual.data(),
+                       moments.residual.bytes()});
+    }
 }
 
 void read_whole_moments(const CheckpointReader& reader, const ParamTensor& tensor, TensorMoments& moments) {
@@ -113,6 +118,10 @@ void read_whole_moments(const CheckpointReader& reader, const ParamTensor& tenso
         reader.read("adam.m_absmax." + tensor.name, "f32", blocks, moments.m_absmax.data(), moments.m_absmax.bytes());
         reader.read("adam.v_absmax." + tensor.name, "f32", blocks, moments.v_absmax.data(), moments.v_absmax.bytes());
     }
+    if (tensor.residual_bits > 0) {
+        reader.read("dqt.residual." + tensor.name, "i8", shape_of(tensor), moments.residual.data(),
+                    moments.residual.bytes());
+    }
 }
 
 // Moments that hold part of the tensor (a data-parallel shard) take their slice of the stored whole.
@@ -121,7 +130,7 @@ void read_moments(const CheckpointReader& reader, const ModelParameters& model, 
     if (moments.first == 0 && moments.count == tensor.count()) {
         read_whole_moments(reader, tensor, moments);
     } else {
-        TensorMoments whole(0, tensor.count(), moments.dtype, MemCategory::scratch);
+        TensorMoments whole(0, tensor.count(), moments.dtype, tensor.residual_bits > 0, MemCategory::scratch);
         read_whole_moments(reader, tensor, whole);
         copy_moments_range(whole, moments);
     }

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Directions to close the gap between ternary dqt and bitnet, each at the budget of one
+tuning-grid run and against the grid's best runs (docs/results.md, "Closing the gap").
+
+    python3 scripts/gap_directions.py                     every arm, prune budget (612 steps)
+    python3 scripts/gap_directions.py --arms residual8    some arms
+    python3 scripts/gap_directions.py --budget full       at the full budget (2,450 steps)
+    python3 scripts/gap_directions.py --report            the table of docs/results.md
+
+Arms:
+  residualB          ternary dqt with a B-bit sub-grid residual per weight (--dqt-residual-bits B):
+                     the update accumulates below one grid step instead of flipping codes at random
+  warm8-fF           ternary dqt warm-started in 8 bits: dqt-8 for F of the budget, then ternary dqt
+                     from it (dqt train --init-from: TWN) for the rest; codes and scales throughout
+  bitnet-warmfp-fF   the same warm start given to the baseline: fp for F of the budget, then bitnet
+
+A one-run arm trains at its method's best prune point (docs/tuning/runs.jsonl); a warm start
+trains its source at the source's best prune point (fp, which the grid does not tune, at
+bitnet's) and its target at the target's, each with its own warm-up and schedule. Every other
+setting is the tuning grid's (scripts/tune_grid.py). Each finished arm appends one record to
+docs/tuning/directions.jsonl; an arm with a record is not run again.
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import tune_grid as grid
+
+RECORDS = grid.REPO / "docs" / "tuning" / "directions.jsonl"
+BUDGETS = {"prune": grid.PRUNE_STEPS, "full": grid.FULL_STEPS}
+SOURCE_FLAGS = {"dqt-8": grid.METHODS["dqt-8"], "fp": ["--method", "fp"]}
+
+
+def arm_table():
+    """name -> (target method, extra flags of the target, warm-start source or None, fraction)."""
+    arms = {f"residual{b}": ("dqt-1.58", ["--dqt-residual-bits", str(b)], None, None) for b in (8, 4, 2)}
+    for fraction in (0.8, 0.5):
+        arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", [], "dqt-8", fraction)
+        arms[f"bitnet-warmfp-f{fraction:g}"] = ("bitnet", [], "fp", fraction)
+    return arms
+
+
+ARMS = arm_table()
+DEFAULT_ARMS = ["residual8", "residual4", "residual2", "warm8-f0.8", "bitnet-warmfp-f0.8"]
+
+
+class Phase:
+    """One training run, with the attributes tune_grid.summarize reads."""
+
+    def __init__(self, name, method, method_flags, point, steps, corpus, size, seed, init_from=None):
+        self.name, self.method, self.point, self.steps = name, method, point, steps
+        self.stage, self.corpus, self.size, self.seed = "direction", corpus, size, seed
+        self.method_flags, self.init_from = method_flags, init_from
+
+    def flags(self):
+        p = self.point
+        # A warm-started run takes its shape from the model it starts from.
+        shape = [] if self.init_from else grid.SIZES[self.size] + ["--init-std", f"{p['init_std']:g}"]
+        start = ["--init-from", str(self.init_from)] if self.init_from else []
+        return (self.method_flags + shape + grid.COMMON + start +
+                ["--data", grid.CORPORA[self.corpus], "--steps", str(self.steps), "--seed", str(self.seed),
+                 "--lr", f"{p['lr']:g}", "--min-lr-ratio", f"{p['min_lr_ratio']:g}", "--beta1", f"{p['beta1']:g}",
+                 "--eval-every", "0"])
+
+
+def best_prune_point(records, method):
+    points = grid.best_points(records, "prune", "bitnet" if method == "fp" else method, 1)
+    if not points:
+        sys.exit(f"gap_directions: no prune record of {method} in {grid.RECORDS}: run scripts/tune_grid.py first")
+    return points[0]
+
+
+def load_records():
+    if not RECORDS.exists():
+        return {}
+    return {r["name"]: r for r in (json.loads(l) for l in RECORDS.read_text().splitlines() if l.strip())}
+
+
+def run_phase(phase, dqt, nice):
+    """Trains one phase; its record (tune_grid.summarize), or None when it failed."""
+    out = grid.RUN_ROOT / phase.name
+    command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(), "--out", str(out), "--overwrite"]
+    print(f"gap_directions: start {phase.name}", flush=True)
+    started = time.time()
+    with open(grid.RUN_ROOT / f"{phase.name}.log", "w") as sink:
+        subprocess.run(command, cwd=grid.REPO, stdout=sink, stderr=sink)
+    return grid.summarize(phase, out, time.time() - started, built_from="")
+
+
+def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records):
+    target, extra, source, fraction = ARMS[arm]
+    total = BUDGETS[budget]
+    name = f"direction-{corpus}-base-{arm}-{budget}-s{seed}"
+    phases = []
+    init_from = None
+    if source:
+        first_steps = round(fraction * total)
+        first = Phase(name + "-source", source, SOURCE_FLAGS[source], best_prune_point(grid_records, source),
+                      first_steps, corpus, "base", seed)
+        phases.append(run_phase(first, dqt, nice))
+        if phases[-1] is None or phases[-1]["val_loss"] is None:
+            return name, None
+        init_from = grid.RUN_ROOT / first.name / "checkpoint.dqt"
+        total -= first_steps
+    last = Phase(name + ("-target" if source else ""), target, grid.METHODS[target] + extra,
+                 best_prune_point(grid_records, target), total, corpus, "base", seed, init_from=init_from)
+    phases.append(run_phase(last, dqt, nice))
+    if init_from:
+        init_from.unlink(missing_ok=True)
+    (grid.RUN_ROOT / last.name / "checkpoint.dqt").unlink(missing_ok=True)
+    if phases[-1] is None:
+        return name, None
+    for record in phases:
+        record["commit"] = built_from
+    final = phases[-1]
+    return name, {"name": name, "arm": arm, "target": target, "source": source, "fraction": fraction,
+                  "budget": budget, "steps": BUDGETS[budget], "corpus": corpus, "size": "base", "seed": seed,
+                  "val_loss": final["val_loss"], "diverged_at": final["diverged_at"],
+                  "median_step_seconds": final["median_step_seconds"], "phases": phases, "commit": built_from}
+
+
+def report(records, grid_records):
+    print("| arm | budget | runs (steps) | final val loss | against the same method's best grid run | "
+          "against bitnet's best grid run |")
+    print("|---|---|---|---|---|---|")
+
+    def best_of(method, stage, corpus, seed):
+        rows = [g for g in grid_records.values() if g["stage"] == stage and g["method"] == method
+                and g["corpus"] == corpus and g["size"] == "base" and g["seed"] == seed and g["val_loss"] is not None]
+        return min((g["val_loss"] for g in rows), default=None)
+
+    for r in sorted(records.values(), key=lambda r: (r["budget"], r["arm"])):
+        runs = " + ".join(f"{p['method']} {p['steps']}" for p in r["phases"])
+        final = "diverged" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        cells = []
+        for method in (r["target"], "bitnet"):
+            best = best_of(method, r["budget"], r["corpus"], r["seed"])
+            cells.append("none yet" if best is None or r["val_loss"] is None else
+                         f"{best:.4f} ({100 * (r['val_loss'] / best - 1):+.1f}%)")
+        print(f"| {r['arm']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
+    parser.add_argument("--budget", choices=list(BUDGETS), default="prune")
+    parser.add_argument("--corpus", choices=list(grid.CORPORA), default="sotu")
+    parser.add_argument("--seed", type=int, default=grid.SEEDS[0])
+    parser.add_argument("--nice", type=int, default=0, help="niceness of the runs (0-19)")
+    parser.add_argument("--dqt", default=str(grid.REPO / "build" / "dqt"))
+    parser.add_argument("--report", action="store_true", help="print the table and stop")
+    args = parser.parse_args()
+    grid_records = grid.load_records()
+    if args.report:
+        report(load_records(), grid_records)
+        return
+    if not pathlib.Path(args.dqt).is_file():
+        sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
+    dqt, built_from = grid.frozen_binary(args.dqt)
+    for arm in args.arms:
+        if f"direction-{args.corpus}-base-{arm}-{args.budget}-s{args.seed}" in load_records():
+            continue
+        name, record = run_arm(arm, args.budget, args.corpus, args.seed, dqt, built_from, args.nice, grid_records)
+        if record is None:
+            print(f"gap_directions: {name} failed: see {grid.RUN_ROOT}/{name}*.log", file=sys.stderr)
+            continue
+        with open(RECORDS, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"gap_directions: done  {name}: {grid.loss_text(record)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
