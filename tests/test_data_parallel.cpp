@@ -264,7 +264,7 @@ std::string eval_lines(const std::string& metrics_path) {
 TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
     TempDir root("dp-identical");
     for (const std::string method : {"--method fp", "--method bitnet", "--method dqt --dqt-recipe reference", "--method dqt",
-                                     "--method dqt --bits 8 --optim-state 8 --tie-embeddings "
+                                     "--method dqt --dqt-residual-bits 4", "--method dqt --bits 8 --optim-state 8 --tie-embeddings "
                                      "--quantize-embedding --quantize-head"}) {
         // One folder per rank count, reused by each method: --overwrite starts over in it.
         const CommandResult one = run_in(root / "one", std::string(DQT_BINARY) + tiny_run_args(method + " --overwrite"));
@@ -290,8 +290,9 @@ TEST(DataParallelRun, TwoRanksWriteTheBitsOfOneForEveryMethod) {
 
 TEST(DataParallelRun, ACheckpointOfTwoRanksResumesOnOne) {
     TempDir root("dp-resume");
-    // The learned scale's moments are replicated on every rank and saved once.
-    const std::string method = "--method dqt --optim-state 8 --dqt-scale learned";
+    // The learned scale's moments are replicated on every rank and saved once; the sub-grid
+    // residuals are sharded like the moments, gathered for the checkpoint and sliced on resume.
+    const std::string method = "--method dqt --optim-state 8 --dqt-scale learned --dqt-residual-bits 3";
     ASSERT_EQ(run_in(root / "whole", std::string(DQT_BINARY) + tiny_run_args(method)).exit_code, 0);
     const CommandResult first = run_in(root / "split", mpirun(2) + tiny_run_args(method + " --stop-after 3"));
     ASSERT_EQ(first.exit_code, 0) << first.output;

@@ -206,6 +206,8 @@ std::vector<MethodCase> method_cases() {
     dqt_8bit_quantized_ends.grid = CodeGrid{8};
     dqt_8bit_quantized_ends.quantize_embedding = true;
     dqt_8bit_quantized_ends.quantize_head = true;
+    MethodConfig dqt_residual = dqt_learned_scale;
+    dqt_residual.residual_bits = 4;
     return {{"fp", MethodConfig{}},
             {"bitnet", bitnet},
             {"dqt_ternary", dqt_ternary},
@@ -214,7 +216,9 @@ std::vector<MethodCase> method_cases() {
             {"bitnet_8bit_state_fused", bitnet, StateDtype::q8, true},
             {"dqt_ternary_8bit_state_fused", dqt_ternary, StateDtype::q8, true},
             {"dqt_learned_scale_8bit_state_fused", dqt_learned_scale, StateDtype::q8, true},
-            {"dqt_8bit_quantized_ends_8bit_state_fused", dqt_8bit_quantized_ends, StateDtype::q8, true}};
+            {"dqt_8bit_quantized_ends_8bit_state_fused", dqt_8bit_quantized_ends, StateDtype::q8, true},
+            {"dqt_residual4_learned_scale", dqt_residual},
+            {"dqt_residual4_8bit_state_fused", dqt_residual, StateDtype::q8, true}};
 }
 
 class TrainMethod : public ::testing::TestWithParam<MethodCase> {
