@@ -169,10 +169,11 @@ void add_train_command(CLI::App& app) {
                       "(memory: one more copy of the checkpoint, about its file size)");
     command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
     command->add_option("--init-from", o.init_from,
-                        "start from a trained model's weights (a checkpoint or a GGUF file) in this run's method: "
-                        "ternary codes by TWN (absmean from bitnet), n-bit codes by the largest scale that clips none; the run takes its shape "
-                        "and its tokenizer must be the dataset's")
-        ->check(CLI::ExistingFile);
+                        "start from a trained model's weights (a checkpoint, a GGUF file or a Hugging Face "
+                        "folder) in this run's method: ternary codes by TWN (absmean from bitnet), n-bit codes "
+                        "by the largest scale that clips none; the run takes its shape and its tokenizer must "
+                        "be the dataset's")
+        ->check(CLI::ExistingPath);
     add_threads_flag(*command, args->threads);
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
     command->add_flag("--overwrite", args->overwrite, "start a new run in an --out that holds one (its checkpoint is replaced)")

@@ -6,12 +6,14 @@
 #include "core/error.h"
 
 #include "export/gguf_model.h"
+#include "export/hf_import.h"
 #include "io/gguf.h"
 #include "train/model_checkpoint.h"
 
 namespace dqt::cli {
 
 std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
+    if (is_hf_folder(path)) return import_hf_folder(path).tokenizer;
     if (std::filesystem::is_directory(path)) {
         const std::string file = path + "/tokenizer.bin";
         require(std::filesystem::exists(file), path + " is a folder without tokenizer.bin: give a dataset folder made by "
@@ -23,6 +25,10 @@ std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
 }
 
 ModelFile load_model_file(const std::string& path) {
+    if (is_hf_folder(path)) {
+        ImportedHf imported = import_hf_folder(path);
+        return {std::move(imported.model), std::move(imported.tokenizer), "", 0};
+    }
     if (is_gguf_file(path)) {
         ImportedGguf imported = import_gguf(path);
         return {std::move(imported.model), std::move(imported.tokenizer), imported.data_dir, 0};

@@ -16,11 +16,12 @@ struct ModelFile {
     int step = 0;          // optimizer steps of the run; 0 for a GGUF file
 };
 
-// A GGUF file by its magic bytes, anything else as a checkpoint.
+// A Hugging Face folder (config.json inside: export/hf_import.h), a GGUF file by its magic
+// bytes, anything else as a checkpoint.
 ModelFile load_model_file(const std::string& path);
 
 // The tokenizer of a dataset folder (its tokenizer.bin), a checkpoint (read without its
-// tensors) or a GGUF file (read whole).
+// tensors), or a Hugging Face folder or GGUF file (read whole).
 std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path);
 
 }  // namespace dqt::cli

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
 #include "model/ternary_convert.h"
@@ -31,37 +32,9 @@ std::string architecture_of(const ModelConfig& c) {
     return "bitnet";
 }
 
-// For the NEOX rotation of `bitnet`: new row h*d + i holds old row h*d + 2i, new row
-// h*d + d/2 + i holds old row h*d + 2i + 1.
-int rope_source_row(int row, int head_dim) {
-    const int head = row / head_dim, within = row % head_dim, half = head_dim / 2;
-    return head * head_dim + (within < half ? 2 * within : 2 * (within - half) + 1);
-}
-
 bool rope_permuted(const std::string& arch, const std::string& name) {
     if (arch != "bitnet") return false;
     return name.ends_with(".attn_q") || name.ends_with(".attn_k");
-}
-
-// Row r of the file holds row source(r) of the model.
-template <typename T>
-std::vector<T> rows_in_file_order(const std::vector<T>& rows_major, int rows, int cols, int head_dim, bool permute) {
-    if (!permute) return rows_major;
-    std::vector<T> out(rows_major.size());
-    for (int r = 0; r < rows; ++r)
-        std::memcpy(&out[static_cast<size_t>(r) * cols], &rows_major[static_cast<size_t>(rope_source_row(r, head_dim)) * cols],
-                    static_cast<size_t>(cols) * sizeof(T));
-    return out;
-}
-
-template <typename T>
-std::vector<T> rows_in_model_order(const std::vector<T>& file_rows, int rows, int cols, int head_dim, bool permute) {
-    if (!permute) return file_rows;
-    std::vector<T> out(file_rows.size());
-    for (int r = 0; r < rows; ++r)
-        std::memcpy(&out[static_cast<size_t>(rope_source_row(r, head_dim)) * cols], &file_rows[static_cast<size_t>(r) * cols],
-                    static_cast<size_t>(cols) * sizeof(T));
-    return out;
 }
 
 std::vector<int64_t> gguf_shape(const ParamTensor& t) {

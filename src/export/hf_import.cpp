@@ -1,0 +1,192 @@
+#include "export/hf_import.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "export/rope_rows.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace dqt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kMaxImportedContext = 4096;
+
+nlohmann::json read_json(const std::string& path) {
+    const nlohmann::json parsed = nlohmann::json::parse(read_file(path, "Hugging Face file"), nullptr, false);
+    require(!parsed.is_discarded() && parsed.is_object(), path + " is not a JSON object");
+    return parsed;
+}
+
+// A whole number in [1, limit] under `key`; `fallback` when absent and fallback > 0.
+int positive_int(const nlohmann::json& config, const std::string& key, const std::string& path, int limit,
+                 int fallback = 0) {
+    if (!config.contains(key) && fallback > 0) return fallback;
+    require(config.contains(key), path + " has no " + key);
+    const nlohmann::json& value = config.at(key);
+    require(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= limit,
+            path + ": " + key + " must be a whole number from 1 to " + std::to_string(limit) + ", got " +
+                quote_untrusted(value.dump()));
+    return static_cast<int>(value.get<int64_t>());
+}
+
+double positive_number(const nlohmann::json& config, const std::string& key, const std::string& path, double fallback) {
+    if (!config.contains(key)) return fallback;
+    const nlohmann::json& value = config.at(key);
+    require(value.is_number() && value.get<double>() > 0.0 && value.get<double>() < 1e12,
+            path + ": " + key + " must be a positive number, got " + quote_untrusted(value.dump()));
+    return value.get<double>();
+}
+
+ModelConfig read_config(const std::string& folder, bool subln) {
+    const std::string path = folder + "/config.json";
+    const nlohmann::json j = read_json(path);
+    require(!j.contains("rope_scaling") || j.at("rope_scaling").is_null(),
+            path + " asks for rope_scaling (a long-context RoPE variant), which dqt does not implement");
+    ModelConfig c;
+    c.dim = positive_int(j, "hidden_size", path, 1 << 16);
+    c.n_layers = positive_int(j, "num_hidden_layers", path, 1024);
+    c.n_heads = positive_int(j, "num_attention_heads", path, 1024);
+    c.n_kv_heads = positive_int(j, "num_key_value_heads", path, 1024, c.n_heads);
+    c.ffn_dim = positive_int(j, "intermediate_size", path, 1 << 18);
+    c.vocab_size = positive_int(j, "vocab_size", path, 1 << 20);
+    c.seq_len = std::min(positive_int(j, "max_position_embeddings", path, 1 << 24, 2048), kMaxImportedContext);
+    c.norm_eps = static_cast<float>(positive_number(j, "rms_norm_eps", path, 1e-6));
+    c.rope_theta = static_cast<float>(positive_number(j, "rope_theta", path, 10000.0));
+    if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
+        require(j.at("head_dim").is_number_integer() && j.at("head_dim").get<int64_t>() * c.n_heads == c.dim,
+                path + ": head_dim must be hidden_size / num_attention_heads (" +
+                    std::to_string(c.dim / std::max(c.n_heads, 1)) + "), got " + quote_untrusted(j.at("head_dim").dump()));
+    }
+    const std::string act = j.contains("hidden_act") && j.at("hidden_act").is_string() ? j.at("hidden_act").get<std::string>()
+                                                                                      : "silu";
+    require(act == "silu" || act == "relu2",
+            path + ": hidden_act " + quote_untrusted(act) + " is not supported (silu or relu2)");
+    c.ffn_activation = act == "relu2" ? GatedActivation::relu2 : GatedActivation::silu;
+    const nlohmann::json tie = j.value("tie_word_embeddings", nlohmann::json(false));
+    require(tie.is_boolean(), path + ": tie_word_embeddings must be true or false");
+    c.tie_embeddings = tie.get<bool>();
+    c.subln = subln;
+    c.validate();
+    // Refused before the weights are allocated: a crafted config's billion layers never are.
+    const double bytes = static_cast<double>(c.parameter_count()) * sizeof(float);
+    require(bytes <= static_cast<double>(physical_memory_bytes()),
+            path + " describes " + std::to_string(c.parameter_count()) + " parameters, " +
+                std::to_string(static_cast<int64_t>(bytes / (1 << 30))) +
+                " GiB in fp32: more than this machine's memory");
+    return c;
+}
+
+// Tensor name -> the safetensors file holding it: the index's weight map, or model.safetensors.
+class ShardSet {
+public:
+    explicit ShardSet(const std::string& folder) : folder_(folder) {
+        const std::string index = folder + "/model.safetensors.index.json";
+        if (!fs::exists(index)) {
+            const std::string single = folder + "/model.safetensors";
+            require(fs::exists(single), folder + " holds neither model.safetensors nor model.safetensors.index.json");
+            for (const std::string& name : open("model.safetensors").names()) file_of_[name] = "model.safetensors";
+            return;
+        }
+        const nlohmann::json j = read_json(index);
+        require(j.contains("weight_map") && j.at("weight_map").is_object(), index + " has no weight_map object");
+        for (const auto& [name, file] : j.at("weight_map").items()) {
+            require(file.is_string(), index + ": the file of " + quote_untrusted(name) + " is not a string");
+            const std::string shard = file.get<std::string>();
+            // A shard is a file of this folder: no path leaves it.
+            require(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
+                    index + ": shard " + quote_untrusted(shard) + " is not a file name in the folder");
+            file_of_[name] = shard;
+        }
+    }
+
+    bool has(const std::string& name) const { return file_of_.count(name) != 0; }
+
+    std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
+        const auto found = file_of_.find(name);
+        require(found != file_of_.end(), folder_ + " has no tensor " + name);
+        const SafetensorsReader& reader = open(found->second);
+        require(reader.has(name), folder_ + "/" + found->second + " has no tensor " + name + " (the index says it does)");
+        std::string want, got;
+        for (int64_t d : shape) want += (want.empty() ? "" : " x ") + std::to_string(d);
+        for (int64_t d : reader.shape(name)) got += (got.empty() ? "" : " x ") + std::to_string(d);
+        require(reader.shape(name) == shape,
+                folder_ + ": " + name + " is " + got + " where config.json implies " + want);
+        return reader.read_f32(name);
+    }
+
+private:
+    const SafetensorsReader& open(const std::string& file) {
+        auto found = readers_.find(file);
+        if (found == readers_.end()) {
+            const std::string path = folder_ + "/" + file;
+            require(fs::exists(path), folder_ + ": shard " + file + " is missing");
+            found = readers_.emplace(file, std::make_unique<SafetensorsReader>(path)).first;
+        }
+        return *found->second;
+    }
+
+    std::string folder_;
+    std::map<std::string, std::string> file_of_;
+    std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
+};
+
+// The Hugging Face name of a dqt tensor ("blk.3.attn_q" -> "model.layers.3.self_attn.q_proj.weight").
+std::string hf_name(const std::string& name) {
+    if (name == "token_embd") return "model.embed_tokens.weight";
+    if (name == "output_norm") return "model.norm.weight";
+    if (name == "output") return "lm_head.weight";
+    static const std::map<std::string, std::string> block = {
+        {"attn_norm", "input_layernorm"},       {"attn_q", "self_attn.q_proj"},
+        {"attn_k", "self_attn.k_proj"},         {"attn_v", "self_attn.v_proj"},
+        {"attn_sub_norm", "self_attn.attn_sub_norm"}, {"attn_output", "self_attn.o_proj"},
+        {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
+        {"ffn_up", "mlp.up_proj"},              {"ffn_sub_norm", "mlp.ffn_sub_norm"},
+        {"ffn_down", "mlp.down_proj"}};
+    const size_t dot = name.find('.', 4);  // "blk.L.kind"
+    return "model.layers." + name.substr(4, dot - 4) + "." + block.at(name.substr(dot + 1)) + ".weight";
+}
+
+std::unique_ptr<Tokenizer> read_tokenizer(const std::string& folder, int vocab_size) {
+    const std::string path = folder + "/tokenizer.model";
+    require(fs::exists(path), folder + " has no tokenizer.model: dqt reads sentencepiece tokenizers (tokenizer.json's "
+                                       "byte-level BPE is not read yet)");
+    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer("bpe", read_file(path, "tokenizer"));
+    require(tokenizer->vocab_size() == vocab_size,
+            path + " has " + std::to_string(tokenizer->vocab_size()) + " pieces where config.json's vocab_size is " +
+                std::to_string(vocab_size));
+    return tokenizer;
+}
+
+}  // namespace
+
+bool is_hf_folder(const std::string& path) { return fs::is_directory(path) && fs::exists(path + "/config.json"); }
+
+ImportedHf import_hf_folder(const std::string& folder) {
+    ShardSet shards(folder);
+    const bool subln = shards.has("model.layers.0.self_attn.attn_sub_norm.weight");
+    const ModelConfig config = read_config(folder, subln);
+    ImportedHf imported;
+    imported.tokenizer = read_tokenizer(folder, config.vocab_size);
+    imported.model = std::make_unique<ModelParameters>(config);
+    ModelParameters& model = *imported.model;
+    for (const ParamTensor& tensor : model.layout.tensors) {
+        const std::vector<int64_t> shape =
+            tensor.is_matrix() ? std::vector<int64_t>{tensor.rows, tensor.cols} : std::vector<int64_t>{tensor.cols};
+        const bool permute = tensor.name.ends_with(".attn_q") || tensor.name.ends_with(".attn_k");
+        const std::vector<float> values =
+            rows_in_model_order(shards.read(hf_name(tensor.name), shape), tensor.rows, tensor.cols, config.head_dim(), permute);
+        std::copy(values.begin(), values.end(), model.value(tensor));
+    }
+    return imported;
+}
+
+}  // namespace dqt

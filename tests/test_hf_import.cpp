@@ -1,0 +1,186 @@
+// Hugging Face folders read into dqt (export/hf_import.h), against logits computed as
+// transformers computes them: scripts/hf_reference.py writes tiny models in the HF layout
+// (sharded safetensors with an index, BF16, F16 and F32 weights, rotate_half RoPE, a LLaMA and a
+// BitNet-shaped model) and their float64 logits into tests/golden/hf/. Here dqt imports each
+// folder and runs its own forward.
+//
+// Tolerance: dqt computes in fp32 (GEMM sums of 64 to 96 products, softmax, RMSNorm) from the
+// same stored values; its largest logit error measured 5.9e-7 of the largest logit (llama) and
+// 7.5e-7 (bitnet). The bound, 2e-5 of the largest logit, is 25x above that, and one head's q
+// rows left in rotate_half's order exceed it 100 times over (checked below).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "export/hf_import.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
+#include "test_helpers.h"
+
+using namespace dqt;
+using dqt::testing::TempDir;
+
+namespace {
+
+constexpr double kRelativeTolerance = 2e-5;
+
+const std::string kGolden = std::string(DQT_SOURCE_DIR) + "/tests/golden/hf/";
+
+// A copy of the reference folder with a sentencepiece tokenizer.model of its vocabulary
+// (the reference script writes none: its logits do not depend on one).
+std::string folder_with_tokenizer(const TempDir& root, const std::string& model) {
+    const std::string folder = root / model;
+    std::filesystem::copy(kGolden + model, folder);
+    std::filesystem::remove(folder + "/expected.safetensors");
+    std::vector<std::string> texts;
+    for (int d = 0; d < 40; ++d) {
+        std::string text;
+        for (int s = 0; s < 60; ++s) text += "The union " + std::to_string(d * 31 + s * 7) + " shall endure; ";
+        texts.push_back(text);
+    }
+    std::ofstream(folder + "/tokenizer.model", std::ios::binary) << train_bpe_tokenizer(texts, 300, 1)->serialize();
+    return folder;
+}
+
+// The largest |dqt - reference| over the reference's batch, relative to the largest |logit|.
+double logit_error(const ModelParameters& model, const std::string& expected_path) {
+    const SafetensorsReader expected(expected_path);
+    const std::vector<int32_t> tokens = expected.read_i32("tokens");
+    const std::vector<float> logits = expected.read_f32("logits");
+    const std::vector<int64_t> shape = expected.shape("logits");  // (batch, T, V)
+    Activations acts(model.config, static_cast<int>(shape[0]), static_cast<int>(shape[1]));
+    EXPECT_EQ(tokens.size(), acts.tokens.size());
+    std::copy(tokens.begin(), tokens.end(), acts.tokens.data());
+    model_forward(model, acts, false);
+    double largest = 0.0, worst = 0.0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        largest = std::max(largest, std::fabs(static_cast<double>(logits[i])));
+        worst = std::max(worst, std::fabs(static_cast<double>(acts.logits[i]) - logits[i]));
+    }
+    return worst / largest;
+}
+
+}  // namespace
+
+TEST(HfImport, ShardedLlamaAndBitnetGiveTheReferenceLogits) {
+    TempDir root("hf-import");
+    for (const std::string name : {"llama", "bitnet"}) {
+        SCOPED_TRACE(name);
+        const ImportedHf imported = import_hf_folder(folder_with_tokenizer(root, name));
+        const ModelConfig& c = imported.model->config;
+        EXPECT_EQ(c.subln, name == "bitnet");
+        EXPECT_EQ(c.tie_embeddings, name == "bitnet");
+        EXPECT_EQ(c.ffn_activation, name == "bitnet" ? GatedActivation::relu2 : GatedActivation::silu);
+        EXPECT_EQ(imported.tokenizer->vocab_size(), 300);
+        const double error = logit_error(*imported.model, kGolden + name + "/expected.safetensors");
+        std::printf("[ hf ] %s: largest logit error %.2e of the largest logit\n", name.c_str(), error);
+        EXPECT_LT(error, kRelativeTolerance);
+
+        // The bound sees a wrong RoPE layout: layer 0's q rows of head 0 in the file's order.
+        ModelParameters& model = *imported.model;
+        const ParamTensor& wq = *model.tensors.layers[0].wq;
+        const int head_dim = c.head_dim();
+        std::vector<float> head(model.value(wq), model.value(wq) + static_cast<size_t>(head_dim) * wq.cols);
+        for (int r = 0; r < head_dim; ++r) {
+            const int source = r < head_dim / 2 ? 2 * r : 2 * (r - head_dim / 2) + 1;
+            std::copy_n(&head[static_cast<size_t>(source) * wq.cols], wq.cols, model.value(wq) + static_cast<size_t>(r) * wq.cols);
+        }
+        EXPECT_GT(logit_error(model, kGolden + name + "/expected.safetensors"), 100 * kRelativeTolerance);
+    }
+}
+
+// Damaged or unsupported folders are one clear error each.
+TEST(HfImport, RefusesWhatItCannotReadWithOneLine) {
+    TempDir root("hf-refuse");
+    auto expect_error = [](const std::string& folder, const std::string& needle) {
+        try {
+            import_hf_folder(folder);
+            ADD_FAILURE() << "no error for " << needle;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        }
+    };
+    auto edit_config = [](const std::string& folder, const std::string& key, const nlohmann::json& value) {
+        nlohmann::json config = nlohmann::json::parse(std::ifstream(folder + "/config.json"));
+        if (value.is_null()) {
+            config.erase(key);
+        } else {
+            config[key] = value;
+        }
+        std::ofstream(folder + "/config.json") << config.dump();
+    };
+    int copies = 0;
+    auto copy = [&](const std::string& from) {
+        const std::string to = root / ("copy" + std::to_string(copies++));
+        std::filesystem::copy(from, to);
+        return to;
+    };
+    const std::string base = folder_with_tokenizer(root, "llama");
+    std::string f = copy(base);
+    edit_config(f, "hidden_size", nullptr);
+    expect_error(f, "config.json has no hidden_size");
+    f = copy(f);
+    edit_config(f, "hidden_size", 64);
+    edit_config(f, "hidden_act", "gelu");
+    expect_error(f, "hidden_act 'gelu' is not supported");
+    f = copy(f);
+    edit_config(f, "hidden_act", "silu");
+    edit_config(f, "rope_scaling", nlohmann::json{{"rope_type", "llama3"}});
+    expect_error(f, "rope_scaling");
+    f = copy(f);
+    edit_config(f, "rope_scaling", nlohmann::json());
+    edit_config(f, "intermediate_size", 128);
+    expect_error(f, "mlp.gate_proj.weight is 96 x 64 where config.json implies 128 x 64");
+    f = copy(f);
+    edit_config(f, "intermediate_size", 96);
+    edit_config(f, "num_hidden_layers", 1000);
+    edit_config(f, "hidden_size", 65536);
+    edit_config(f, "num_attention_heads", 64);
+    edit_config(f, "num_key_value_heads", 64);
+    expect_error(f, "more than this machine's memory");
+    f = copy(base);
+    std::filesystem::remove(f + "/model-00002-of-00002.safetensors");
+    expect_error(f, "shard model-00002-of-00002.safetensors is missing");
+    f = copy(base);
+    std::ofstream(f + "/model.safetensors.index.json") << R"({"weight_map": {"model.norm.weight": "../x.safetensors"}})";
+    expect_error(f, "is not a file name in the folder");
+    f = copy(base);
+    std::filesystem::remove(f + "/tokenizer.model");
+    expect_error(f, "has no tokenizer.model");
+}
+
+// The workflow of a user with a published checkpoint: tokenize a corpus with its tokenizer,
+// evaluate it, generate from it, and fine-tune it into ternary dqt (--init-from), from the
+// command line.
+TEST(HfImport, CommandsReadAFolderAsAModel) {
+    TempDir root("hf-cli");
+    const std::string model = folder_with_tokenizer(root, "llama");
+    dqt::testing::write_tiny_corpus(root / "corpus", 12);
+    const std::string dqt = DQT_BINARY;
+    const std::string data = root / "data";
+    const auto ran = [](const std::string& command) {
+        const dqt::testing::CommandResult result = dqt::testing::run_command(command);
+        EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+        return result.output;
+    };
+    ran(dqt + " data --corpus " + root / "corpus" + " --tokenizer-from " + model + " --out " + data);
+    EXPECT_NE(ran(dqt + " eval " + model + " --data " + data + " --eval-tokens 256").find("val loss"), std::string::npos);
+    ran(dqt + " generate " + model + " --prompt 'The union' --tokens 8");
+    const std::string run = root / "run";
+    ran(dqt + " train --init-from " + model + " --data " + data + " --out " + run +
+        " --method dqt --bits 1.58 --seq-len 32 --batch 2 --steps 2 --eval-tokens 256 --quiet --no-sample");
+    const nlohmann::json config = nlohmann::json::parse(dqt::testing::read_bytes(run + "/config.json"));
+    EXPECT_EQ(config.at("model").at("dim").get<int>(), 64);
+    EXPECT_EQ(config.at("model").at("seq_len").get<int>(), 32);
+    EXPECT_EQ(config.at("init_from").get<std::string>(), model);
+}
