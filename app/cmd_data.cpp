@@ -22,7 +22,10 @@ struct DataArgs {
 void add_data_command(CLI::App& app) {
     auto args = std::make_shared<DataArgs>();
     CLI::App* command = app.add_subcommand("data", "tokenize a corpus into train/val shards");
-    command->add_option("--corpus", args->corpus, "UTF-8 text file or folder of .txt files")->capture_default_str();
+    command->add_option("--corpus", args->corpus,
+                        "UTF-8 text file, JSON Lines file (*.jsonl, a {\"text\": ...} object a line) or folder of "
+                        "them (*.txt, *.jsonl)")
+        ->capture_default_str();
     command->add_option("--out", args->out, "dataset folder (default: <corpus>-byte or <corpus>-bpe<vocab>)");
     command->add_option("--tokenizer", args->tokenizer, "byte (vocab 256) or bpe (sentencepiece, trained here)")
         ->check(CLI::IsMember({"byte", "bpe"}))

@@ -83,7 +83,8 @@ std::vector<uint8_t> with_valid_checksums(Reader reader, std::span<const uint8_t
         case Reader::model_config:
         case Reader::corpus_text:
         case Reader::safetensors:
-        case Reader::api_request: break;  // no checksum
+        case Reader::api_request:
+        case Reader::corpus_jsonl: break;  // no checksum
     }
     return bytes;
 }
@@ -227,6 +228,20 @@ Outcome read_corpus_text(const std::string& path, std::span<const uint8_t> bytes
         path);
 }
 
+// A JSON Lines corpus: each document accepted is valid UTF-8, and the split keeps them all.
+Outcome read_corpus_jsonl(const std::string& path) {
+    return keeps_contract(
+        [&] {
+            const std::vector<Document> documents = read_corpus(path);
+            for (const Document& document : documents) {
+                if (find_invalid_utf8(document.text) != std::string::npos) throw std::logic_error("a document is not UTF-8");
+            }
+            const CorpusSplit split = split_corpus(documents);
+            if (split.train.size() + split.val.size() != documents.size()) throw std::logic_error("the split lost documents");
+        },
+        path);
+}
+
 // Every tensor read as the importers read it: floating-point ones as fp32, I32 ones as integers;
 // what was accepted holds exactly the element count its shape says.
 Outcome read_safetensors(const std::string& path) {
@@ -309,7 +324,7 @@ const std::vector<NamedReader>& all_readers() {
     static const std::vector<NamedReader> readers = {
         {Reader::checkpoint, "checkpoint"}, {Reader::shard, "shard"},          {Reader::gguf, "gguf"},
         {Reader::model_config, "model_config"}, {Reader::tokenizer, "tokenizer"}, {Reader::corpus_text, "corpus_text"},
-        {Reader::safetensors, "safetensors"}, {Reader::api_request, "api_request"},
+        {Reader::safetensors, "safetensors"}, {Reader::api_request, "api_request"}, {Reader::corpus_jsonl, "corpus_jsonl"},
     };
     return readers;
 }
@@ -318,7 +333,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
     // Each reader sees the file under the name a user would give it.
     static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
                                                  "model.json",     "tokenizer.bin", "corpus.txt",
-                                                 "model.safetensors", "request.json"};
+                                                 "model.safetensors", "request.json",  "corpus.jsonl"};
     const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
     write_input(path, with_valid_checksums(reader, bytes));
     switch (reader) {
@@ -330,6 +345,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
         case Reader::corpus_text: return read_corpus_text(path, bytes);
         case Reader::safetensors: return read_safetensors(path);
         case Reader::api_request: return read_api_request(path, bytes);
+        case Reader::corpus_jsonl: return read_corpus_jsonl(path);
     }
     return {"unknown reader", false};
 }

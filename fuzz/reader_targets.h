@@ -19,7 +19,7 @@
 namespace dqt::fuzz {
 
 // One target per kind of file a user can hand dqt, and the body of a request to `dqt serve`.
-enum class Reader { checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request };
+enum class Reader { checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request, corpus_jsonl };
 
 // Every reader with its name, which is also its folder under fuzz/seeds and fuzz/regressions.
 struct NamedReader {

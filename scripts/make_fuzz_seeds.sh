@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seeds=fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors,api_request}
+mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors,api_request,corpus_jsonl}
 
 # A corpus of a few lines with digits, punctuation, accents and emoji.
 for i in $(seq 1 40); do
@@ -19,6 +19,7 @@ for i in $(seq 1 40); do
 done > "$work/corpus.txt"
 head -c 600 "$work/corpus.txt" > "$seeds/corpus_text/lines.txt"
 printf 'no newline at all \xe2\x82\xac' > "$seeds/corpus_text/one_line.txt"
+printf '{"text": "first record"}\n\n{"text": "caf\\u00e9 \xe2\x82\xac", "id": 2}\n{"text": "no newline"}' > "$seeds/corpus_jsonl/records.jsonl"
 
 "$dqt" data --corpus "$work/corpus.txt" --tokenizer byte --out "$work/byte" > /dev/null
 "$dqt" data --corpus "$work/corpus.txt" --tokenizer bpe --vocab 300 --out "$work/bpe" > /dev/null

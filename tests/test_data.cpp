@@ -204,12 +204,57 @@ TEST(DataCorpus, SingleLineFileIsCutAtCharacterBoundaries) {
     EXPECT_EQ(joined, text);
 }
 
+// JSON Lines: one document per non-blank line's "text", named by file and line, in a folder
+// beside .txt files too; a .json file is refused rather than trained on as text.
+TEST(DataCorpus, JsonLinesGiveOneDocumentPerLine) {
+    TempDir dir;
+    std::string lines;
+    for (int i = 0; i < 24; ++i) {
+        lines += "{\"text\": \"record " + std::to_string(i) + " caf\\u00e9\", \"id\": " + std::to_string(i) + "}\n";
+        if (i == 3) lines += "  \n";  // blank lines are skipped
+    }
+    write_text(dir.file("data/records.jsonl"), lines);
+    const std::vector<Document> documents = read_corpus(dir.file("data/records.jsonl"));
+    ASSERT_EQ(documents.size(), 24u);
+    EXPECT_EQ(documents[4].text, "record 4 caf\xC3\xA9");  // the JSON escape decoded to UTF-8
+    EXPECT_EQ(documents[4].name, dir.file("data/records.jsonl") + ":6");  // after the blank line 5
+    write_text(dir.file("data/a.txt"), "plain text");
+    const std::vector<Document> mixed = read_corpus(dir.file("data"));
+    ASSERT_EQ(mixed.size(), 25u);
+    EXPECT_EQ(mixed[0].text, "plain text");  // a.txt sorts before records.jsonl
+
+    write_text(dir.file("bad.jsonl"), "{\"text\": \"fine\"}\n[1, 2]\n");
+    expect_error([&] { read_corpus(dir.file("bad.jsonl")); }, {dir.file("bad.jsonl") + " line 2", "not a JSON object"});
+    write_text(dir.file("key.jsonl"), "{\"content\": \"x\"}\n");
+    expect_error([&] { read_corpus(dir.file("key.jsonl")); }, {"line 1 has no string \"text\""});
+    write_text(dir.file("whole.json"), "[{\"text\": \"x\"}]");
+    expect_error([&] { read_corpus(dir.file("whole.json")); }, {"is JSON: give JSON Lines"});
+}
+
+// Fewer than ten documents: each is cut into ten parts, so the last tenth of each validates
+// (before, such a folder was refused for want of a tenth document).
+TEST(DataCorpus, AFewDocumentsAreEachCutIntoTenParts) {
+    TempDir dir;
+    std::string text;
+    for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i) + "\n";
+    for (const char* name : {"a.txt", "b.txt", "c.txt"}) write_text(dir.file(std::string("few/") + name), text);
+    const std::vector<Document> parts = read_corpus(dir.file("few"));
+    ASSERT_EQ(parts.size(), 30u);
+    EXPECT_EQ(parts[9].name, dir.file("few/a.txt") + "#9");
+    const CorpusSplit split = split_corpus(parts);
+    ASSERT_EQ(split.val.size(), 3u);
+    for (const Document& val : split.val) {  // the last tenth of each file, cut after a newline
+        EXPECT_TRUE(val.text.ends_with("line 99\n")) << val.text;
+        EXPECT_NEAR(static_cast<double>(val.text.size()), text.size() / 10.0, 16.0);
+    }
+}
+
 TEST(DataCorpus, ErrorsNameTheProblem) {
     TempDir dir;
     expect_error([&] { read_corpus(dir.file("nope")); }, {dir.file("nope"), "not found", "fetch_corpus.sh"});
-    expect_error([&] { read_corpus(dir.path.string()); }, {dir.path.string(), "no .txt files"});
+    expect_error([&] { read_corpus(dir.path.string()); }, {dir.path.string(), "no .txt or .jsonl files"});
     write_text(dir.file("data.json"), "{}");
-    expect_error([&] { read_corpus(dir.path.string()); }, {"no .txt files"});
+    expect_error([&] { read_corpus(dir.path.string()); }, {"no .txt or .jsonl files"});
     write_text(dir.file("a.txt"), "fine");
     write_text(dir.file("b.txt"), "caf\xE9 latin-1");
     expect_error([&] { read_corpus(dir.path.string()); }, {dir.file("b.txt"), "invalid UTF-8", "byte offset 3"});
@@ -562,9 +607,10 @@ TEST(DataDataset, BpeDatasetDecodesToTheJoinedText) {
 
 TEST(DataDataset, ErrorsNameTheMissingPiece) {
     TempDir dir;
-    for (int i = 0; i < 5; ++i) write_text(dir.file("few/" + std::to_string(i) + ".txt"), "text");
+    for (int i = 0; i < 5; ++i) write_text(dir.file("few/" + std::to_string(i) + ".txt"), "ab\n");
+    // Five 3-byte documents, each cut into ten parts after its newline: the last parts are empty.
     expect_error([&] { prepare_dataset(dir.file("few"), dir.file("out"), "byte", 0); },
-                 {"only 5 documents", "at least 10"});
+                 {"leaves no text for validation", "give it more text"});
     expect_error([&] { prepare_dataset(dir.file("few"), dir.file("out"), "words", 0); }, {"unknown tokenizer 'words'"});
     EXPECT_FALSE(fs::exists(dir.file("out")));
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/atomic_file.h"
 
@@ -19,6 +21,32 @@ Document read_document(const std::string& path) {
                                           ": convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
     return document;
 }
+
+// One document per non-blank line of a JSON Lines file: the line's "text".
+std::vector<Document> read_jsonl(const std::string& path) {
+    const std::string content = read_file(path, "corpus file");
+    std::vector<Document> documents;
+    size_t start = 0;
+    for (size_t line = 1; start < content.size(); ++line) {
+        size_t end = content.find('\n', start);
+        if (end == std::string::npos) end = content.size();
+        const std::string_view text(content.data() + start, end - start);
+        start = end + 1;
+        if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+        const std::string where = "corpus file " + path + " line " + std::to_string(line);
+        const nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
+        require(!object.is_discarded() && object.is_object(),
+                where + " is not a JSON object: a .jsonl corpus holds one {\"text\": \"...\"} object a line");
+        require(object.contains("text") && object.at("text").is_string(), where + " has no string \"text\"");
+        Document document{path + ":" + std::to_string(line), object.at("text").get<std::string>()};
+        const size_t bad = find_invalid_utf8(document.text);
+        require(bad == std::string::npos, where + ": invalid UTF-8 in \"text\" at byte offset " + std::to_string(bad));
+        documents.push_back(std::move(document));
+    }
+    return documents;
+}
+
+bool is_jsonl(const fs::path& path) { return path.extension() == ".jsonl"; }
 
 // Cuts one text into kCorpusFileParts contiguous parts (see read_corpus).
 std::vector<Document> cut_into_parts(const Document& whole) {
@@ -88,18 +116,38 @@ std::vector<Document> read_corpus(const std::string& path) {
         std::vector<std::string> files;
         try {
             for (const fs::directory_entry& entry : fs::recursive_directory_iterator(path)) {
-                const bool text_file = entry.is_regular_file() && entry.path().extension() == ".txt";
+                const bool text_file =
+                    entry.is_regular_file() && (entry.path().extension() == ".txt" || is_jsonl(entry.path()));
                 if (text_file) files.push_back(entry.path().string());
             }
         } catch (const fs::filesystem_error& e) {
             throw Error("corpus folder " + path + ": cannot list its files (" + e.code().message() +
                         "): check permissions");
         }
-        require(!files.empty(), "corpus folder " + path + " holds no .txt files: put UTF-8 text files (*.txt) in it");
+        require(!files.empty(), "corpus folder " + path +
+                                    " holds no .txt or .jsonl files: put UTF-8 text files (*.txt) or JSON Lines in it");
         std::sort(files.begin(), files.end());
-        for (const std::string& file : files) documents.push_back(read_document(file));
+        for (const std::string& file : files) {
+            if (is_jsonl(file)) {
+                for (Document& document : read_jsonl(file)) documents.push_back(std::move(document));
+            } else {
+                documents.push_back(read_document(file));
+            }
+        }
+    } else if (is_jsonl(path)) {
+        documents = read_jsonl(path);
     } else {
-        documents = cut_into_parts(read_document(path));
+        require(fs::path(path).extension() != ".json",
+                "corpus file " + path + " is JSON: give JSON Lines (*.jsonl, one {\"text\": \"...\"} object a line) or "
+                "plain UTF-8 text");
+        documents.push_back(read_document(path));
+    }
+    if (documents.size() < static_cast<size_t>(kCorpusFileParts)) {
+        std::vector<Document> parts;
+        for (const Document& document : documents) {
+            for (Document& part : cut_into_parts(document)) parts.push_back(std::move(part));
+        }
+        documents = std::move(parts);
     }
     const bool all_empty =
         std::all_of(documents.begin(), documents.end(), [](const Document& d) { return d.text.empty(); });

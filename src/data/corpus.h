@@ -9,17 +9,23 @@
 namespace dqt {
 
 struct Document {
-    std::string name;  // file path; "path#k" for part k of a single-file corpus
+    std::string name;  // file path; "path:N" for line N of a JSON Lines file; "...#k" for part k
     std::string text;  // valid UTF-8
 };
 
 // Reads a corpus.
-// - A folder: every *.txt file below it (recursively), one document per file, sorted by path.
-// - A single file: cut into kCorpusFileParts contiguous parts of about equal size, each
-//   cut moved forward to just after the next newline (or, in a text without one, to the
-//   next character boundary), so the split rule below keeps the last tenth for validation.
-// Throws dqt::Error for a missing path, a folder without .txt files, or invalid UTF-8
-// (naming the file and the byte offset).
+// - A folder: every *.txt and *.jsonl file below it (recursively), sorted by path; a .txt file
+//   is one document.
+// - A JSON Lines file (*.jsonl, alone or in a folder): one document per non-blank line, each
+//   line an object whose "text" is a string (the layout of most published text datasets).
+// - A single .txt file: one document, cut as below.
+// A corpus of fewer than kCorpusFileParts documents has each document cut into
+// kCorpusFileParts contiguous parts of about equal size, each cut moved forward to just after
+// the next newline (or, in a text without one, to the next character boundary), so the split
+// rule below keeps the last tenth of each for validation.
+// Throws dqt::Error for a missing path, a folder without .txt or .jsonl files, a .json file
+// (not JSON Lines), a line that is not such an object (naming the file and line), or invalid
+// UTF-8 (naming the file and the byte offset).
 std::vector<Document> read_corpus(const std::string& path);
 inline constexpr int kCorpusFileParts = 10;
 

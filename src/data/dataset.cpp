@@ -1,5 +1,6 @@
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <exception>
 #include <filesystem>
 #include <vector>
@@ -70,9 +71,10 @@ DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& o
     require(existing || tokenizer_kind == "byte" || tokenizer_kind == "bpe",
             "unknown tokenizer '" + tokenizer_kind + "': use byte or bpe");
     CorpusSplit split = split_corpus(read_corpus(corpus_path));
-    require(!split.val.empty(), "corpus " + corpus_path + " has only " + std::to_string(split.train.size()) +
-                                    " documents, so no validation document (every 10th): give a folder of at least 10 "
-                                    ".txt files, or a single file");
+    const bool val_has_text =
+        std::any_of(split.val.begin(), split.val.end(), [](const Document& d) { return !d.text.empty(); });
+    require(val_has_text, "corpus " + corpus_path + " leaves no text for validation (every 10th document, or the last "
+                          "tenth of each when there are fewer than 10): give it more text");
     const std::vector<std::string> train_texts = take_texts(split.train);
     const std::vector<std::string> val_texts = take_texts(split.val);
 
