@@ -249,6 +249,36 @@ TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
     }
 }
 
+// A run's codes and residuals start where its real values lie: q + r / R is w s on the fine
+// grid (to half a fine step), for random values over the whole grid, the residuals of a part of
+// the tensor (a shard), every code.
+TEST(DqtUpdate, ResidualsStartAtTheRealValues) {
+    std::mt19937 rng(dqt::testing::test_seed());
+    for (const int bits : {1, 4})
+    for (const int residual_bits : {2, 8}) {
+        const CodeGrid grid{bits};
+        const size_t count = 2048, first = 512, part = 1024;
+        std::normal_distribution<float> normal(0.0f, 0.05f);
+        std::vector<float> w(count);
+        for (float& x : w) x = normal(rng);
+        const float scale = grid.qp() / 0.06f;  // some weights beyond the grid's ends: clipped
+        std::vector<uint8_t> codes(code_bytes(grid, count));
+        std::vector<int8_t> r(part);
+        snap_with_residuals(w.data(), count, scale, grid, residual_bits, codes.data(), first, part, r.data());
+        const double steps = std::ldexp(1.0, residual_bits);
+        for (size_t i = 0; i < part; ++i) {
+            const double x = std::clamp(static_cast<double>(w[first + i]) * scale, double(grid.qn()), double(grid.qp()));
+            const double fine = read_code(codes.data(), grid, first + i) + r[i] / steps;
+            ASSERT_LE(std::fabs(fine - x), 0.5 / steps + 1e-6) << "bits " << bits << "/" << residual_bits << " at " << i;
+            ASSERT_TRUE(r[i] >= -steps / 2 && r[i] < steps / 2);
+        }
+        for (size_t i = 0; i < count; ++i) {  // every code is the nearest, up to a fine step's tie
+            const double x = std::clamp(static_cast<double>(w[i]) * scale, double(grid.qn()), double(grid.qp()));
+            ASSERT_LE(std::fabs(read_code(codes.data(), grid, i) - x), 0.5 + 0.5 / steps + 1e-6) << i;
+        }
+    }
+}
+
 // Updates of a tenth of a grid step in one direction: with nearest rounding and no residual
 // no code ever moves; with an 8-bit residual the steps add up, and after ten of them every
 // weight has moved one whole grid step, with no randomness at all.

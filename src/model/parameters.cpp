@@ -118,14 +118,16 @@ void ModelParameters::initialize(uint64_t seed) {
             w = draw.data();
         }
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < count; ++i) {
-            w[i] = config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
-        }
+        for (size_t i = 0; i < count; ++i) w[i] = initial_draw(seed, tensor, i);
         if (tensor.stores_codes()) {
             scale(tensor) = absmean_code_scale(method.grid, mean_abs(w, count));
             quantize_nearest(code(tensor), w, count, method.grid, scale(tensor));
         }
     }
+}
+
+float ModelParameters::initial_draw(uint64_t seed, const ParamTensor& tensor, size_t i) const {
+    return config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
 }
 
 void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {

@@ -100,6 +100,9 @@ public:
     // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
     // tensors are snapped once onto their grid with the absmean scale (docs/METHOD.md section 2).
     void initialize(uint64_t seed);
+    // Element i of a matrix's initial draw, N(0, init_std) keyed on (seed, tensor id, i): what
+    // initialize() stores (fp formats) or snaps onto the grid (coded ones).
+    float initial_draw(uint64_t seed, const ParamTensor& tensor, size_t i) const;
     // out (count) = the tensor's stored value as real numbers: its fp32 values, or q / scale.
     void read_dense(const ParamTensor& tensor, float* out) const;
 };

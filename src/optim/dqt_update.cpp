@@ -152,6 +152,18 @@ void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
     *tensor_.scale = k_.old_scale * std::exp(-log_step_change);  // s = 1 / d
 }
 
+void snap_with_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
+                         uint8_t* codes, size_t first, size_t part, int8_t* residuals) {
+    const float steps = static_cast<float>(1 << residual_bits), inv_steps = 1.0f / steps;
+    const float qn = static_cast<float>(grid.qn()), qp = static_cast<float>(grid.qp());
+    for (size_t i = 0; i < count; ++i) {
+        const float fine = std::nearbyint(std::min(std::max(w[i] * scale, qn), qp) * steps);
+        const float q = std::floor((fine + 0.5f * steps) * inv_steps);  // as update_range splits
+        write_code(codes, grid, i, static_cast<int>(q));
+        if (i >= first && i < first + part) residuals[i - first] = static_cast<int8_t>(fine - q * steps);
+    }
+}
+
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
                             Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v, int* r,

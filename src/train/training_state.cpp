@@ -4,6 +4,7 @@
 
 #include "data_parallel/sharded_state.h"
 #include "model/weight_transfer.h"
+#include "optim/dqt_update.h"
 
 namespace dqt {
 
@@ -20,10 +21,13 @@ TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& token
       comm_(comm) {
     if (resume) {
         position = load_training_state(checkpoint_path, model, optimizer);
-    } else if (initial) {
-        transfer_weights(*initial, model);
     } else {
-        model.initialize(options.seed);
+        if (initial) {
+            transfer_weights(*initial, model);
+        } else {
+            model.initialize(options.seed);
+        }
+        start_all_residuals(initial);
     }
     step.emplace(model, optimizer, options.adam, options.grad_clip, options.fused_update, options.seed,
                  options.grad_accum, comm, plan, options.compression);
@@ -37,6 +41,24 @@ TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& token
         // With N ranks rank 0 writes the gathered whole state, N times its shard: the first
         // checkpoint then allocates the rest of the copy.
         reserve_training_checkpoint(background_writer_, options, model, optimizer, tokenizer);
+    }
+}
+
+void TrainingState::start_all_residuals(const ModelParameters* initial) {
+    for (const ParamTensor& tensor : model.layout.tensors) {
+        TensorMoments& moments = optimizer.of(tensor);
+        if (tensor.residual_bits == 0) continue;
+        // The real values the codes were snapped from (scratch): every rank snaps the whole
+        // tensor the same way, and keeps the residuals of its share.
+        Array<float> real(MemCategory::scratch, tensor.count());
+        if (initial) {
+            const ParamTensor& source = initial->layout.tensors[static_cast<size_t>(tensor.tensor_id)];
+            source.traits().read_stored(*initial, source, 0, tensor.count(), real.data());
+        } else {
+            for (size_t i = 0; i < tensor.count(); ++i) real[i] = model.initial_draw(options_.seed, tensor, i);
+        }
+        snap_with_residuals(real.data(), tensor.count(), model.scale(tensor), model.method.grid, tensor.residual_bits,
+                            model.code(tensor), moments.first, moments.count, moments.residual.data());
     }
 }
 

@@ -41,6 +41,10 @@ public:
     void wait_for_checkpoint() { background_writer_.wait(); }
 
 private:
+    // A new run with sub-grid residuals: each coded weight starts where its real value lies on
+    // the fine grid (the seed's draw, or the initial model's value; optim/dqt_update.h).
+    void start_all_residuals(const ModelParameters* initial);
+
     const TrainOptions& options_;
     const Tokenizer& tokenizer_;
     const std::string checkpoint_path_;
