@@ -56,6 +56,16 @@ void dqt_step(const CodedTensor& tensor, const float* g, TensorMoments& moments,
     step.finish(moments, exact_sum_value(dot));
 }
 
+// The rounding uniforms of a tensor's count elements at step t, as the update draws them.
+std::vector<float> tensor_uniforms(uint64_t seed, int64_t t, int tensor_id, size_t count) {
+    std::vector<float> u(count);
+    for (size_t group = 0; group < (count + 3) / 4; ++group) {
+        const auto draw = rounding_uniforms(seed, t, tensor_id, group);
+        for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
+    }
+    return u;
+}
+
 MethodConfig dqt_method(int bits) {
     MethodConfig m;
     m.kind = Method::dqt;
@@ -106,11 +116,7 @@ TEST(DqtUpdate, MatchesFloat64ReferenceOverSeveralSteps) {
             for (int64_t t = 1; t <= 5; ++t) {
                 std::normal_distribution<float> normal(0.0f, 0.01f);
                 for (size_t i = 0; i < count; ++i) g_ref[i] = g[i] = normal(rng);
-                std::vector<float> u(count);
-                for (size_t group = 0; group < (count + 3) / 4; ++group) {
-                    const auto draw = rounding_uniforms(seed, t, tensor_id, group);
-                    for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
-                }
+                const std::vector<float> u = tensor_uniforms(seed, t, tensor_id, count);
                 const CodedTensor tensor{codes.data(), &scale, count, grid, tensor_id};
                 dqt_step(tensor, g.data(), moments, config, lr, t, DqtRounding{mode, seed, rule});
                 const std::vector<int> q_before = q;
@@ -220,11 +226,7 @@ TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
         for (int64_t t = 1; t <= 5; ++t) {
             std::normal_distribution<float> normal(0.0f, 0.01f);
             for (size_t i = 0; i < count; ++i) g_ref[i] = g[i] = normal(rng);
-            std::vector<float> u(count);
-            for (size_t group = 0; group < (count + 3) / 4; ++group) {
-                const auto draw = rounding_uniforms(seed, t, tensor_id, group);
-                for (size_t k = 0; k < 4 && group * 4 + k < count; ++k) u[group * 4 + k] = draw[k];
-            }
+            const std::vector<float> u = tensor_uniforms(seed, t, tensor_id, count);
             dqt_step(CodedTensor{codes.data(), &scale, count, grid, tensor_id}, g.data(), moments, config, lr, t,
                      DqtRounding{mode, seed, ScaleRule::learned, residual_bits});
             const std::vector<int> q_before = q;
