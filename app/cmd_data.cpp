@@ -32,7 +32,7 @@ void add_data_command(CLI::App& app) {
         ->capture_default_str();
     command->add_option("--vocab", args->vocab, "BPE vocabulary size")->check(CLI::Range(260, 65536))->capture_default_str();
     command->add_option("--tokenizer-from", args->tokenizer_from,
-                        "tokenize with an existing tokenizer: a dataset folder, a checkpoint or a GGUF file "
+                        "tokenize with an existing tokenizer: a dataset folder, a checkpoint, a GGUF file or a Hugging Face folder "
                         "(a model's, to evaluate or fine-tune it on this corpus; needs --out)")
         ->check(CLI::ExistingPath)
         ->excludes("--tokenizer")

@@ -13,7 +13,7 @@
 namespace dqt::cli {
 
 std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
-    if (is_hf_folder(path)) return import_hf_folder(path).tokenizer;
+    if (is_hf_folder(path)) return import_hf_tokenizer(path);
     if (std::filesystem::is_directory(path)) {
         const std::string file = path + "/tokenizer.bin";
         require(std::filesystem::exists(file), path + " is a folder without tokenizer.bin: give a dataset folder made by "

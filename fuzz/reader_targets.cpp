@@ -13,6 +13,8 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
+#include "export/hf_export.h"
+#include "export/hf_import.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -84,7 +86,9 @@ std::vector<uint8_t> with_valid_checksums(Reader reader, std::span<const uint8_t
         case Reader::corpus_text:
         case Reader::safetensors:
         case Reader::api_request:
-        case Reader::corpus_jsonl: break;  // no checksum
+        case Reader::corpus_jsonl:
+        case Reader::hf_config:
+        case Reader::hf_tokenizer: break;  // no checksum
     }
     return bytes;
 }
@@ -318,6 +322,55 @@ Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes
     return combined;
 }
 
+// The folder a Hugging Face input is read in: a tiny ternary dqt model exported by dqt (tied
+// embeddings, dim 16, one layer: scripts/make_fuzz_seeds.sh exports the same shape for the
+// seeds), made once per scratch folder; the input then replaces one of its files.
+std::string hf_folder(const std::string& scratch_dir, const std::string& name) {
+    const std::string folder = scratch_dir + "/" + name;
+    if (std::filesystem::exists(folder + "/model.safetensors")) return folder;
+    ModelConfig c;
+    c.dim = 16;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.ffn_dim = 32;
+    c.seq_len = 16;
+    c.tie_embeddings = true;
+    MethodConfig m;
+    m.kind = Method::dqt;
+    ModelParameters model(c, m);
+    model.initialize(1);
+    std::filesystem::remove_all(folder);
+    export_hf_folder(model, *make_byte_tokenizer(), folder);
+    return folder;
+}
+
+// A config.json against fixed weights: what is accepted is a valid model whose tokenizer
+// encodes and decodes the probe text.
+Outcome read_hf_config(const std::string& folder) {
+    return keeps_contract(
+        [&] {
+            const ImportedHf imported = import_hf_folder(folder);
+            imported.model->config.validate();
+            const std::vector<int32_t> ids = imported.tokenizer->encode(kProbeText);
+            if (imported.tokenizer->decode(ids) != kProbeText) throw std::logic_error("the tokenizer does not round-trip");
+            if (import_hf_tokenizer(folder)->vocab_size() != imported.model->config.vocab_size)
+                throw std::logic_error("the tokenizer alone differs from the model's");
+        },
+        folder + "/config.json");
+}
+
+// A tokenizer.json beside a fixed config: what is accepted round-trips the probe text.
+Outcome read_hf_tokenizer(const std::string& folder) {
+    return keeps_contract(
+        [&] {
+            const std::unique_ptr<Tokenizer> tokenizer = import_hf_tokenizer(folder);
+            if (tokenizer->decode(tokenizer->encode(kProbeText)) != kProbeText)
+                throw std::logic_error("the tokenizer does not round-trip");
+        },
+        folder + "/tokenizer.json");
+}
+
 }  // namespace
 
 const std::vector<NamedReader>& all_readers() {
@@ -325,6 +378,7 @@ const std::vector<NamedReader>& all_readers() {
         {Reader::checkpoint, "checkpoint"}, {Reader::shard, "shard"},          {Reader::gguf, "gguf"},
         {Reader::model_config, "model_config"}, {Reader::tokenizer, "tokenizer"}, {Reader::corpus_text, "corpus_text"},
         {Reader::safetensors, "safetensors"}, {Reader::api_request, "api_request"}, {Reader::corpus_jsonl, "corpus_jsonl"},
+        {Reader::hf_config, "hf_config"},     {Reader::hf_tokenizer, "hf_tokenizer"},
     };
     return readers;
 }
@@ -333,7 +387,10 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
     // Each reader sees the file under the name a user would give it.
     static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
                                                  "model.json",     "tokenizer.bin", "corpus.txt",
-                                                 "model.safetensors", "request.json",  "corpus.jsonl"};
+                                                 "model.safetensors", "request.json",  "corpus.jsonl",
+                                                 "hf/config.json",  "hf_tokenizer/tokenizer.json"};
+    if (reader == Reader::hf_config) hf_folder(scratch_dir, "hf");
+    if (reader == Reader::hf_tokenizer) hf_folder(scratch_dir, "hf_tokenizer");
     const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
     write_input(path, with_valid_checksums(reader, bytes));
     switch (reader) {
@@ -346,6 +403,8 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
         case Reader::safetensors: return read_safetensors(path);
         case Reader::api_request: return read_api_request(path, bytes);
         case Reader::corpus_jsonl: return read_corpus_jsonl(path);
+        case Reader::hf_config: return read_hf_config(scratch_dir + "/hf");
+        case Reader::hf_tokenizer: return read_hf_tokenizer(scratch_dir + "/hf_tokenizer");
     }
     return {"unknown reader", false};
 }

@@ -19,7 +19,11 @@
 namespace dqt::fuzz {
 
 // One target per kind of file a user can hand dqt, and the body of a request to `dqt serve`.
-enum class Reader { checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request, corpus_jsonl };
+enum class Reader {
+    checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request, corpus_jsonl,
+    hf_config,       // config.json of a Hugging Face folder whose weights and tokenizer are fixed
+    hf_tokenizer,    // tokenizer.json of a Hugging Face folder whose config is fixed
+};
 
 // Every reader with its name, which is also its folder under fuzz/seeds and fuzz/regressions.
 struct NamedReader {

@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 readers=("$@")
-[ ${#readers[@]} -gt 0 ] || readers=(checkpoint shard gguf model_config tokenizer corpus_text safetensors api_request corpus_jsonl)
+# Every reader by default: each has its seed folder.
+[ ${#readers[@]} -gt 0 ] || mapfile -t readers < <(ls fuzz/seeds)
 [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive whole number, not '$seconds'" >&2; exit 2; }
 seed="${DQT_FUZZ_SEED:-20261124}"
 [[ "$seed" =~ ^[1-9][0-9]{0,8}$ ]] || { echo "fuzz.sh: DQT_FUZZ_SEED must be a whole number from 1 to 999999999, not '$seed'" >&2; exit 2; }

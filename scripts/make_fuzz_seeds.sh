@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seeds=fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors,api_request,corpus_jsonl}
+mkdir -p "$seeds"/{checkpoint,shard,gguf,model_config,tokenizer,corpus_text,safetensors,api_request,corpus_jsonl,hf_config,hf_tokenizer}
 
 # A corpus of a few lines with digits, punctuation, accents and emoji.
 for i in $(seq 1 40); do
@@ -46,6 +46,15 @@ cp "$work/fp/checkpoint.dqt" "$seeds/checkpoint/fp.dqt"
 "$dqt" export "$work/ternary/checkpoint.dqt" --ternary-type tq1_0 --out "$seeds/gguf/ternary_tq1_0.gguf" > /dev/null
 "$dqt" export "$work/eight_bit/checkpoint.dqt" --out "$seeds/gguf/8bit_bpe_q8_0.gguf" > /dev/null
 "$dqt" export "$work/fp/checkpoint.dqt" --float-type f16 --out "$seeds/gguf/fp_f16.gguf" > /dev/null
+
+# Hugging Face folders: the ternary model's config.json (the shape of the fuzz targets' fixed
+# weights, fuzz/reader_targets.cpp), the same without its quantization_config (read as fp), and
+# the byte tokenizer.json.
+"$dqt" export "$work/ternary/checkpoint.dqt" --format safetensors --out "$work/ternary_hf" > /dev/null
+cp "$work/ternary_hf/config.json" "$seeds/hf_config/dqt_ternary.json"
+python3 -c "import json, sys; c = json.load(open(sys.argv[1])); del c['quantization_config']; print(json.dumps(c, indent=2))" \
+  "$work/ternary_hf/config.json" > "$seeds/hf_config/unquantized.json"
+cp "$work/ternary_hf/tokenizer.json" "$seeds/hf_tokenizer/byte.json"
 
 # Model configs: the full key set a run writes, and a short one.
 python3 -c "import json; print(json.dumps(json.load(open('$work/fp/config.json'))['model'], indent=2))" \

@@ -156,7 +156,7 @@ TEST(HfImport, RefusesWhatItCannotReadWithOneLine) {
     expect_error(f, "is not a file name in the folder");
     f = copy(base);
     std::filesystem::remove(f + "/tokenizer.model");
-    expect_error(f, "has no tokenizer.model");
+    expect_error(f, "has neither tokenizer.model nor tokenizer.json");
 }
 
 // The workflow of a user with a published checkpoint: tokenize a corpus with its tokenizer,

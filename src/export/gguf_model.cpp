@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "export/byte_symbols.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
@@ -50,29 +51,6 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
 }
 
 // ---- tokenizer ----------------------------------------------------------------------------
-
-// GPT-2's byte-to-character map, which llama.cpp's "gpt2" vocabularies use: printable bytes
-// stand for themselves, the others (in order) for U+0100 onwards.
-std::string gpt2_byte_symbol(int byte) {
-    static const std::vector<std::string> symbols = [] {
-        std::vector<std::string> table(256);
-        int next = 0;
-        for (int b = 0; b < 256; ++b) {
-            const bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-            const int code_point = printable ? b : 0x100 + next++;
-            std::string utf8;
-            if (code_point < 0x80) {
-                utf8.push_back(static_cast<char>(code_point));
-            } else {
-                utf8.push_back(static_cast<char>(0xc0 | (code_point >> 6)));
-                utf8.push_back(static_cast<char>(0x80 | (code_point & 0x3f)));
-            }
-            table[b] = utf8;
-        }
-        return table;
-    }();
-    return symbols[static_cast<size_t>(byte)];
-}
 
 void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     out.set_string("dqt.tokenizer.kind", tokenizer.kind());

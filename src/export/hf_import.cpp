@@ -1,6 +1,7 @@
 #include "export/hf_import.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -8,9 +9,12 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "export/byte_symbols.h"
+#include "export/hf_names.h"
 #include "export/rope_rows.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "quant/codes.h"
 
 namespace dqt {
 
@@ -74,6 +78,7 @@ ModelConfig read_config(const std::string& folder, bool subln) {
     const nlohmann::json tie = j.value("tie_word_embeddings", nlohmann::json(false));
     require(tie.is_boolean(), path + ": tie_word_embeddings must be true or false");
     c.tie_embeddings = tie.get<bool>();
+    c.init_std = static_cast<float>(positive_number(j, "initializer_range", path, c.init_std));
     c.subln = subln;
     c.validate();
     // Refused before the weights are allocated: a crafted config's billion layers never are.
@@ -110,7 +115,8 @@ public:
 
     bool has(const std::string& name) const { return file_of_.count(name) != 0; }
 
-    std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
+    // The file holding `name`, its shape checked against `shape`.
+    const SafetensorsReader& holding(const std::string& name, const std::vector<int64_t>& shape) {
         const auto found = file_of_.find(name);
         require(found != file_of_.end(), folder_ + " has no tensor " + name);
         const SafetensorsReader& reader = open(found->second);
@@ -120,7 +126,7 @@ public:
         for (int64_t d : reader.shape(name)) got += (got.empty() ? "" : " x ") + std::to_string(d);
         require(reader.shape(name) == shape,
                 folder_ + ": " + name + " is " + got + " where config.json implies " + want);
-        return reader.read_f32(name);
+        return reader;
     }
 
 private:
@@ -139,51 +145,119 @@ private:
     std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
 };
 
-// The Hugging Face name of a dqt tensor ("blk.3.attn_q" -> "model.layers.3.self_attn.q_proj.weight").
-std::string hf_name(const std::string& name) {
-    if (name == "token_embd") return "model.embed_tokens.weight";
-    if (name == "output_norm") return "model.norm.weight";
-    if (name == "output") return "lm_head.weight";
-    static const std::map<std::string, std::string> block = {
-        {"attn_norm", "input_layernorm"},       {"attn_q", "self_attn.q_proj"},
-        {"attn_k", "self_attn.k_proj"},         {"attn_v", "self_attn.v_proj"},
-        {"attn_sub_norm", "self_attn.attn_sub_norm"}, {"attn_output", "self_attn.o_proj"},
-        {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
-        {"ffn_up", "mlp.up_proj"},              {"ffn_sub_norm", "mlp.ffn_sub_norm"},
-        {"ffn_down", "mlp.down_proj"}};
-    const size_t dot = name.find('.', 4);  // "blk.L.kind"
-    return "model.layers." + name.substr(4, dot - 4) + "." + block.at(name.substr(dot + 1)) + ".weight";
+// A tokenizer.json dqt can read: the byte-level BPE of exactly the 256 byte symbols and no
+// merges, which is dqt's byte tokenizer (export/hf_export.h writes it).
+bool is_byte_vocabulary(const nlohmann::json& j) {
+    if (!j.is_object() || !j.contains("model") || !j.at("model").is_object()) return false;
+    const nlohmann::json& model = j.at("model");
+    if (model.value("type", nlohmann::json()) != "BPE" || !model.contains("vocab") || !model.at("vocab").is_object() ||
+        model.at("vocab").size() != 256)
+        return false;
+    if (model.contains("merges") && !(model.at("merges").is_array() && model.at("merges").empty())) return false;
+    if (j.contains("added_tokens") && !(j.at("added_tokens").is_array() && j.at("added_tokens").empty())) return false;
+    for (int b = 0; b < 256; ++b) {
+        const auto found = model.at("vocab").find(gpt2_byte_symbol(b));
+        if (found == model.at("vocab").end() || *found != b) return false;
+    }
+    return true;
 }
 
 std::unique_ptr<Tokenizer> read_tokenizer(const std::string& folder, int vocab_size) {
-    const std::string path = folder + "/tokenizer.model";
-    require(fs::exists(path), folder + " has no tokenizer.model: dqt reads sentencepiece tokenizers (tokenizer.json's "
-                                       "byte-level BPE is not read yet)");
-    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer("bpe", read_file(path, "tokenizer"));
+    std::unique_ptr<Tokenizer> tokenizer;
+    const std::string model_path = folder + "/tokenizer.model", json_path = folder + "/tokenizer.json";
+    std::string path = model_path;
+    if (fs::exists(model_path)) {
+        tokenizer = load_tokenizer("bpe", read_file(model_path, "tokenizer"));
+    } else {
+        require(fs::exists(json_path), folder + " has neither tokenizer.model nor tokenizer.json");
+        path = json_path;
+        const nlohmann::json parsed = nlohmann::json::parse(read_file(json_path, "tokenizer"), nullptr, false);
+        require(!parsed.is_discarded(), json_path + " is not JSON");
+        require(is_byte_vocabulary(parsed), json_path + " is a tokenizer.json with merges or added tokens: dqt reads "
+                                                        "sentencepiece tokenizer.model files and byte vocabularies only "
+                                                        "(byte-level BPE with merges is not read yet)");
+        tokenizer = make_byte_tokenizer();
+    }
     require(tokenizer->vocab_size() == vocab_size,
-            path + " has " + std::to_string(tokenizer->vocab_size()) + " pieces where config.json's vocab_size is " +
+            path + " has " + std::to_string(tokenizer->vocab_size()) + " tokens where config.json's vocab_size is " +
                 std::to_string(vocab_size));
     return tokenizer;
+}
+
+// The training method: fp unless config.json's quantization_config is dqt's own.
+MethodConfig read_method(const std::string& folder) {
+    const std::string path = folder + "/config.json";
+    const nlohmann::json j = read_json(path);
+    if (!j.contains("quantization_config") || j.at("quantization_config").is_null()) return MethodConfig{};
+    const nlohmann::json& q = j.at("quantization_config");
+    const nlohmann::json kind = q.is_object() ? q.value("quant_method", nlohmann::json()) : nlohmann::json();
+    require(kind == "dqt", path + ": quantization_config's quant_method " + quote_untrusted(kind.dump()) +
+                               " is not read: dqt imports unquantized weights (F32, F16, BF16) and its own exports");
+    MethodConfig method;
+    try {
+        method = q.at("method").get<MethodConfig>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + ": quantization_config.method is malformed (" + quote_untrusted(e.what(), 120) + ")");
+    }
+    method.validate();
+    return method;
+}
+
+// A dqt export's coded tensor: codes and scale, checked against the grid and against the
+// dequantized values beside them (an edit of one without the other is refused).
+void read_coded_tensor(ShardSet& shards, const std::string& folder, ModelParameters& model, const ParamTensor& tensor,
+                       const std::vector<int64_t>& shape, bool permute) {
+    const std::string name = hf_tensor_name(tensor.name);
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    const CodeGrid grid = model.method.grid;
+    const std::vector<int8_t> codes = rows_in_model_order(
+        shards.holding(prefix + ".weight_codes", shape).read_i8(prefix + ".weight_codes"), tensor.rows, tensor.cols,
+        model.config.head_dim(), permute);
+    const auto [low, high] = std::minmax_element(codes.begin(), codes.end());
+    require(*low >= grid.qn() && *high <= grid.qp(),
+            folder + ": " + prefix + ".weight_codes holds a code outside the " + grid.label() + "-bit grid");
+    const std::vector<float> scale = shards.holding(prefix + ".weight_code_scale", {1}).read_f32(prefix + ".weight_code_scale");
+    require(std::isfinite(scale[0]) && scale[0] > 0.0f,
+            folder + ": " + prefix + ".weight_code_scale must be a positive number");
+    for (size_t i = 0; i < codes.size(); ++i) write_code(model.code(tensor), grid, i, codes[i]);
+    model.scale(tensor) = scale[0];
+    std::vector<float> dequantized(tensor.count());
+    model.read_dense(tensor, dequantized.data());
+    const std::vector<float> stored = rows_in_model_order(shards.holding(name, shape).read_f32(name), tensor.rows,
+                                                          tensor.cols, model.config.head_dim(), permute);
+    require(stored == dequantized, folder + ": " + name + " is not " + prefix + ".weight_codes / " + prefix +
+                                       ".weight_code_scale: a file edited in one place and not the other?");
 }
 
 }  // namespace
 
 bool is_hf_folder(const std::string& path) { return fs::is_directory(path) && fs::exists(path + "/config.json"); }
 
+std::unique_ptr<Tokenizer> import_hf_tokenizer(const std::string& folder) {
+    const std::string path = folder + "/config.json";
+    return read_tokenizer(folder, positive_int(read_json(path), "vocab_size", path, 1 << 20));
+}
+
 ImportedHf import_hf_folder(const std::string& folder) {
     ShardSet shards(folder);
     const bool subln = shards.has("model.layers.0.self_attn.attn_sub_norm.weight");
     const ModelConfig config = read_config(folder, subln);
+    const MethodConfig method = read_method(folder);
     ImportedHf imported;
     imported.tokenizer = read_tokenizer(folder, config.vocab_size);
-    imported.model = std::make_unique<ModelParameters>(config);
+    imported.model = std::make_unique<ModelParameters>(config, method);
     ModelParameters& model = *imported.model;
     for (const ParamTensor& tensor : model.layout.tensors) {
         const std::vector<int64_t> shape =
             tensor.is_matrix() ? std::vector<int64_t>{tensor.rows, tensor.cols} : std::vector<int64_t>{tensor.cols};
-        const bool permute = tensor.name.ends_with(".attn_q") || tensor.name.ends_with(".attn_k");
-        const std::vector<float> values =
-            rows_in_model_order(shards.read(hf_name(tensor.name), shape), tensor.rows, tensor.cols, config.head_dim(), permute);
+        const bool permute = hf_rope_permuted(tensor.name);
+        if (tensor.stores_codes()) {
+            read_coded_tensor(shards, folder, model, tensor, shape, permute);
+            continue;
+        }
+        const std::string name = hf_tensor_name(tensor.name);
+        const std::vector<float> values = rows_in_model_order(shards.holding(name, shape).read_f32(name), tensor.rows,
+                                                              tensor.cols, config.head_dim(), permute);
         std::copy(values.begin(), values.end(), model.value(tensor));
     }
     return imported;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/float16.h"
+#include "io/atomic_file.h"
 
 namespace dqt {
 
@@ -188,6 +189,47 @@ std::vector<int32_t> SafetensorsReader::read_i32(const std::string& name) const 
     std::vector<int32_t> out(bytes.size() / 4);
     if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;
+}
+
+std::vector<int8_t> SafetensorsReader::read_i8(const std::string& name) const {
+    const Entry& found = entry(name);
+    require(found.dtype == "I8", "safetensors file " + path_ + ": tensor " + quote_untrusted(name) + " has dtype " +
+                                     found.dtype + ", expected I8");
+    const std::vector<uint8_t> bytes = read_bytes(found);
+    return std::vector<int8_t>(bytes.begin(), bytes.end());
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+    json header = json::object();
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::vector<uint64_t> sizes;
+    uint64_t offset = 0;
+    for (const SafetensorsTensor& tensor : tensors) {
+        require(tensor.dtype == "F32" || tensor.dtype == "I8", "write_safetensors: dtype " + tensor.dtype + " of " +
+                                                                   tensor.name + " is not written (F32 or I8)");
+        require(!tensor.name.empty() && tensor.name != "__metadata__" && !header.contains(tensor.name),
+                "write_safetensors: tensor name '" + tensor.name + "' is empty, reserved or repeated");
+        uint64_t bytes = element_bytes(tensor.dtype);
+        for (int64_t dim : tensor.shape) bytes *= static_cast<uint64_t>(dim);
+        header[tensor.name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + bytes}}};
+        sizes.push_back(bytes);
+        offset += bytes;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    uint8_t prefix[8];
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    AtomicFileWriter out(path, PageCache::bypass);
+    out.write(prefix, sizeof prefix);
+    out.write(text.data(), text.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const std::string data = tensors[i].bytes();
+        require(data.size() == sizes[i], "write_safetensors: " + tensors[i].name + " gave " + std::to_string(data.size()) +
+                                             " bytes where its shape needs " + std::to_string(sizes[i]));
+        out.write(data.data(), data.size());
+    }
+    out.commit();
 }
 
 }  // namespace dqt

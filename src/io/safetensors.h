@@ -7,6 +7,7 @@
 // used, and every problem is a one-line dqt::Error naming the file. Tensors are read when asked
 // for, so memory is the header and what the caller reads.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,8 @@ public:
     std::vector<float> read_f32(const std::string& name) const;
     // An I32 tensor's values; other dtypes are an error.
     std::vector<int32_t> read_i32(const std::string& name) const;
+    // An I8 tensor's values; other dtypes are an error.
+    std::vector<int8_t> read_i8(const std::string& name) const;
 
 private:
     struct Entry {
@@ -53,5 +56,20 @@ private:
     std::map<std::string, Entry> tensors_;
     std::vector<std::string> names_;
 };
+
+// One tensor to write: `bytes` gives its data (row-major, little endian, exactly
+// product(shape) elements of dtype "F32" or "I8") when the writer reaches it, so a large model
+// is written holding one tensor at a time.
+struct SafetensorsTensor {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::function<std::string()> bytes;
+};
+
+// Writes a safetensors file atomically (io/atomic_file.h): the tensors' data in the given order,
+// the header's JSON padded with spaces to a multiple of 8 bytes (as the reference writer pads it).
+void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata);
 
 }  // namespace dqt
