@@ -16,6 +16,7 @@ struct DataArgs {
     std::string tokenizer_from;
     int vocab = 4096;
     int threads = 0;
+    CorpusOptions corpus_options;
 };
 }  // namespace
 
@@ -26,11 +27,21 @@ void add_data_command(CLI::App& app) {
                         "UTF-8 text file, JSON Lines file (*.jsonl, a {\"text\": ...} object a line) or folder of "
                         "them (*.txt, *.jsonl)")
         ->capture_default_str();
+    command->add_option("--text-key", args->corpus_options.text_key, "the key of each JSON Lines record's text")
+        ->capture_default_str();
+    command->add_option("--val-fraction", args->corpus_options.val_fraction,
+                        "share of the documents held out for validation, spread evenly over the corpus")
+        ->check(CLI::Range(1e-6, 0.5))
+        ->capture_default_str();
+    command->add_option("--val-corpus", args->corpus_options.val_corpus,
+                        "validate on this file or folder instead, and train on every document of --corpus")
+        ->check(CLI::ExistingPath)
+        ->excludes("--val-fraction");
     command->add_option("--out", args->out, "dataset folder (default: <corpus>-byte or <corpus>-bpe<vocab>)");
     command->add_option("--tokenizer", args->tokenizer, "byte (vocab 256) or bpe (sentencepiece, trained here)")
         ->check(CLI::IsMember({"byte", "bpe"}))
         ->capture_default_str();
-    command->add_option("--vocab", args->vocab, "BPE vocabulary size")->check(CLI::Range(260, 65536))->capture_default_str();
+    command->add_option("--vocab", args->vocab, "BPE vocabulary size")->check(CLI::Range(260, 262144))->capture_default_str();
     command->add_option("--tokenizer-from", args->tokenizer_from,
                         "tokenize with an existing tokenizer: a dataset folder, a checkpoint, a GGUF file or a Hugging Face folder "
                         "(a model's, to evaluate or fine-tune it on this corpus; needs --out)")
@@ -43,7 +54,7 @@ void add_data_command(CLI::App& app) {
         if (!args->tokenizer_from.empty()) {
             require(!args->out.empty(), "--tokenizer-from needs --out: name the dataset folder to write");
             const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_from(args->tokenizer_from);
-            prepare_dataset(args->corpus, args->out, "", 0, tokenizer.get());
+            prepare_dataset(args->corpus, args->out, "", 0, tokenizer.get(), args->corpus_options);
             std::printf("dataset written to %s (the %s tokenizer of %s, %d tokens)\n", args->out.c_str(),
                         tokenizer->kind().c_str(), args->tokenizer_from.c_str(), tokenizer->vocab_size());
             return;
@@ -54,7 +65,7 @@ void add_data_command(CLI::App& app) {
             while (base.size() > 1 && base.back() == '/') base.pop_back();
             out = base + (args->tokenizer == "byte" ? "-byte" : "-bpe" + std::to_string(args->vocab));
         }
-        prepare_dataset(args->corpus, out, args->tokenizer, args->vocab);
+        prepare_dataset(args->corpus, out, args->tokenizer, args->vocab, nullptr, args->corpus_options);
         std::printf("dataset written to %s\n", out.c_str());
     });
 }

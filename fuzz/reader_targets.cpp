@@ -11,10 +11,12 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/shard.h"
+#include "data/byte_level_bpe.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
 #include "export/hf_export.h"
 #include "export/hf_import.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -270,25 +272,32 @@ Outcome read_safetensors(const std::string& path) {
         path);
 }
 
-// The model a request is checked against: a tiny random ternary model over bytes, 64 positions.
+// A tiny random ternary dqt model over bytes (dim 16, one layer, GQA), seq_len positions.
+std::unique_ptr<ModelParameters> tiny_ternary_model(int seq_len, bool tie_embeddings) {
+    ModelConfig c;
+    c.dim = 16;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.ffn_dim = 32;
+    c.vocab_size = 256;
+    c.seq_len = seq_len;
+    c.tie_embeddings = tie_embeddings;
+    MethodConfig m;
+    m.kind = Method::dqt;
+    auto model = std::make_unique<ModelParameters>(c, m);
+    model->initialize(1);
+    return model;
+}
+
+// The model a request is checked against: 64 positions.
 struct RequestModel {
     std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
     std::unique_ptr<InferenceModel> model;
     std::unique_ptr<Engine> engine;
     RequestModel() {
-        ModelConfig c;
-        c.dim = 16;
-        c.n_layers = 1;
-        c.n_heads = 2;
-        c.n_kv_heads = 1;
-        c.ffn_dim = 32;
-        c.vocab_size = 256;
-        c.seq_len = 64;
-        MethodConfig m;
-        m.kind = Method::dqt;
-        ModelParameters parameters(c, m);
-        parameters.initialize(1);
-        model = std::make_unique<InferenceModel>(parameters);
+        const std::unique_ptr<ModelParameters> parameters = tiny_ternary_model(64, false);
+        model = std::make_unique<InferenceModel>(*parameters);
         engine = std::make_unique<Engine>(*model, *tokenizer, EngineOptions{1, 0, 0, KvCacheType::f32});
     }
 };
@@ -322,26 +331,14 @@ Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes
     return combined;
 }
 
-// The folder a Hugging Face input is read in: a tiny ternary dqt model exported by dqt (tied
-// embeddings, dim 16, one layer: scripts/make_fuzz_seeds.sh exports the same shape for the
+// The folder a Hugging Face input is read in: the tiny ternary model with tied embeddings and
+// 16 positions, exported by dqt (scripts/make_fuzz_seeds.sh exports the same shape for the
 // seeds), made once per scratch folder; the input then replaces one of its files.
 std::string hf_folder(const std::string& scratch_dir, const std::string& name) {
     const std::string folder = scratch_dir + "/" + name;
     if (std::filesystem::exists(folder + "/model.safetensors")) return folder;
-    ModelConfig c;
-    c.dim = 16;
-    c.n_layers = 1;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.ffn_dim = 32;
-    c.seq_len = 16;
-    c.tie_embeddings = true;
-    MethodConfig m;
-    m.kind = Method::dqt;
-    ModelParameters model(c, m);
-    model.initialize(1);
     std::filesystem::remove_all(folder);
-    export_hf_folder(model, *make_byte_tokenizer(), folder);
+    export_hf_folder(*tiny_ternary_model(16, true), *make_byte_tokenizer(), folder);
     return folder;
 }
 
@@ -360,15 +357,18 @@ Outcome read_hf_config(const std::string& folder) {
         folder + "/config.json");
 }
 
-// A tokenizer.json beside a fixed config: what is accepted round-trips the probe text.
-Outcome read_hf_tokenizer(const std::string& folder) {
+// A tokenizer.json (byte-level BPE, data/byte_level_bpe.h): what is accepted round-trips the
+// probe text and reloads from its stored form.
+Outcome read_hf_tokenizer(const std::string& path) {
     return keeps_contract(
         [&] {
-            const std::unique_ptr<Tokenizer> tokenizer = import_hf_tokenizer(folder);
+            const std::unique_ptr<Tokenizer> tokenizer = load_byte_level_bpe(read_file(path), path);
             if (tokenizer->decode(tokenizer->encode(kProbeText)) != kProbeText)
                 throw std::logic_error("the tokenizer does not round-trip");
+            if (!same_tokenizer(*tokenizer, *load_tokenizer(tokenizer->kind(), tokenizer->serialize())))
+                throw std::logic_error("the stored form reloads differently");
         },
-        folder + "/tokenizer.json");
+        path);
 }
 
 }  // namespace
@@ -388,9 +388,8 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
     static constexpr const char* kFileNames[] = {"checkpoint.dqt", "train.bin",      "model.gguf",
                                                  "model.json",     "tokenizer.bin", "corpus.txt",
                                                  "model.safetensors", "request.json",  "corpus.jsonl",
-                                                 "hf/config.json",  "hf_tokenizer/tokenizer.json"};
+                                                 "hf/config.json",  "tokenizer.json"};
     if (reader == Reader::hf_config) hf_folder(scratch_dir, "hf");
-    if (reader == Reader::hf_tokenizer) hf_folder(scratch_dir, "hf_tokenizer");
     const std::string path = scratch_dir + "/" + kFileNames[static_cast<int>(reader)];
     write_input(path, with_valid_checksums(reader, bytes));
     switch (reader) {
@@ -404,7 +403,7 @@ Outcome feed(Reader reader, std::span<const uint8_t> bytes, const std::string& s
         case Reader::api_request: return read_api_request(path, bytes);
         case Reader::corpus_jsonl: return read_corpus_jsonl(path);
         case Reader::hf_config: return read_hf_config(scratch_dir + "/hf");
-        case Reader::hf_tokenizer: return read_hf_tokenizer(scratch_dir + "/hf_tokenizer");
+        case Reader::hf_tokenizer: return read_hf_tokenizer(path);
     }
     return {"unknown reader", false};
 }

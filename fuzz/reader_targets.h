@@ -22,7 +22,7 @@ namespace dqt::fuzz {
 enum class Reader {
     checkpoint, shard, gguf, model_config, tokenizer, corpus_text, safetensors, api_request, corpus_jsonl,
     hf_config,       // config.json of a Hugging Face folder whose weights and tokenizer are fixed
-    hf_tokenizer,    // tokenizer.json of a Hugging Face folder whose config is fixed
+    hf_tokenizer,    // a Hugging Face tokenizer.json (byte-level BPE)
 };
 
 // Every reader with its name, which is also its folder under fuzz/seeds and fuzz/regressions.

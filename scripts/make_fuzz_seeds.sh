@@ -48,13 +48,15 @@ cp "$work/fp/checkpoint.dqt" "$seeds/checkpoint/fp.dqt"
 "$dqt" export "$work/fp/checkpoint.dqt" --float-type f16 --out "$seeds/gguf/fp_f16.gguf" > /dev/null
 
 # Hugging Face folders: the ternary model's config.json (the shape of the fuzz targets' fixed
-# weights, fuzz/reader_targets.cpp), the same without its quantization_config (read as fp), and
-# the byte tokenizer.json.
+# weights, fuzz/reader_targets.cpp), the same without its quantization_config (read as fp);
+# tokenizer.json files: the byte vocabulary and the two layouts of the tests' trained BPE.
 "$dqt" export "$work/ternary/checkpoint.dqt" --format safetensors --out "$work/ternary_hf" > /dev/null
 cp "$work/ternary_hf/config.json" "$seeds/hf_config/dqt_ternary.json"
 python3 -c "import json, sys; c = json.load(open(sys.argv[1])); del c['quantization_config']; print(json.dumps(c, indent=2))" \
   "$work/ternary_hf/config.json" > "$seeds/hf_config/unquantized.json"
 cp "$work/ternary_hf/tokenizer.json" "$seeds/hf_tokenizer/byte.json"
+cp tests/golden/tokenizer_json/llama3_style.json "$seeds/hf_tokenizer/bpe_llama3_style.json"
+cp tests/golden/tokenizer_json/gpt2_style.json "$seeds/hf_tokenizer/bpe_gpt2_style.json"
 
 # Model configs: the full key set a run writes, and a short one.
 python3 -c "import json; print(json.dumps(json.load(open('$work/fp/config.json'))['model'], indent=2))" \

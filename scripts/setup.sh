@@ -21,7 +21,7 @@ done
 
 packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev openmpi-bin libopenmpi-dev
-          libcpp-httplib-dev curl
+          libcpp-httplib-dev libpcre2-dev curl
           python3 python3-matplotlib)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # also brings node
 [ "$checks" -eq 0 ] || packages+=(clang libclang-rt-dev libomp-dev)

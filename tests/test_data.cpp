@@ -226,7 +226,7 @@ TEST(DataCorpus, JsonLinesGiveOneDocumentPerLine) {
     write_text(dir.file("bad.jsonl"), "{\"text\": \"fine\"}\n[1, 2]\n");
     expect_error([&] { read_corpus(dir.file("bad.jsonl")); }, {dir.file("bad.jsonl") + " line 2", "not a JSON object"});
     write_text(dir.file("key.jsonl"), "{\"content\": \"x\"}\n");
-    expect_error([&] { read_corpus(dir.file("key.jsonl")); }, {"line 1 has no string \"text\""});
+    expect_error([&] { read_corpus(dir.file("key.jsonl")); }, {"line 1 has no string 'text'"});
     write_text(dir.file("whole.json"), "[{\"text\": \"x\"}]");
     expect_error([&] { read_corpus(dir.file("whole.json")); }, {"is JSON: give JSON Lines"});
 }
@@ -603,6 +603,51 @@ TEST(DataDataset, BpeDatasetDecodesToTheJoinedText) {
     dataset.val.read(0, val.size(), val.data());
     const std::vector<Document> parts = read_corpus(dir.file("corpus.txt"));
     EXPECT_EQ(dataset.tokenizer->decode(val), parts[9].text);
+}
+
+// --val-fraction spreads the held-out documents evenly (0.1 gives the old every-10th rule),
+// --text-key reads another JSON Lines field, --val-corpus validates on a corpus of its own
+// (read whole, not cut in tenths) and trains on every document.
+TEST(DataDataset, SplitsAsAskedAndReadsTheNamedKey) {
+    TempDir dir;
+    std::vector<Document> documents(40);
+    for (size_t i = 0; i < documents.size(); ++i) documents[i].text = std::to_string(i);
+    const auto val_texts = [&](double fraction) {
+        std::vector<std::string> texts;
+        for (const Document& d : split_corpus(documents, fraction).val) texts.push_back(d.text);
+        return texts;
+    };
+    EXPECT_EQ(val_texts(0.1), (std::vector<std::string>{"9", "19", "29", "39"}));
+    EXPECT_EQ(val_texts(0.25), (std::vector<std::string>{"3", "7", "11", "15", "19", "23", "27", "31", "35", "39"}));
+    EXPECT_EQ(val_texts(0.5).size(), 20u);
+    EXPECT_EQ(val_texts(0.03), (std::vector<std::string>{"33"}));
+    expect_error([&] { split_corpus(documents, 0.6); }, {"validation fraction 0.6 is outside (0, 0.5]"});
+
+    std::string lines;
+    for (int i = 0; i < 20; ++i) lines += "{\"body\": \"record " + std::to_string(i) + "\"}\n";
+    write_text(dir.file("records.jsonl"), lines);
+    CorpusOptions options;
+    options.text_key = "body";
+    options.val_fraction = 0.25;
+    const DatasetInfo quarter = prepare_dataset(dir.file("records.jsonl"), dir.file("quarter"), "byte", 0, nullptr, options);
+    EXPECT_EQ(quarter.val.documents, 5);
+    EXPECT_EQ(quarter.train.documents, 15);
+    EXPECT_NE(read_bytes(dir.file("quarter/meta.json")).find("floor((i + 1) * 0.25) > floor(i * 0.25)"), std::string::npos);
+
+    write_text(dir.file("held-out.txt"), "a held-out text, read whole");
+    options.val_corpus = dir.file("held-out.txt");
+    const DatasetInfo named = prepare_dataset(dir.file("records.jsonl"), dir.file("named"), "byte", 0, nullptr, options);
+    EXPECT_EQ(named.train.documents, 20);
+    EXPECT_EQ(named.val.documents, 1);
+    const Dataset dataset = open_dataset(dir.file("named"));
+    std::vector<int32_t> val(dataset.val.token_count());
+    dataset.val.read(0, val.size(), val.data());
+    EXPECT_EQ(dataset.tokenizer->decode(val), "a held-out text, read whole");
+
+    options.val_corpus.clear();
+    options.text_key = "text";
+    expect_error([&] { prepare_dataset(dir.file("records.jsonl"), dir.file("no-key"), "byte", 0, nullptr, options); },
+                 {"line 1 has no string 'text'", "--text-key"});
 }
 
 TEST(DataDataset, ErrorsNameTheMissingPiece) {

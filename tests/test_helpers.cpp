@@ -5,7 +5,9 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,8 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "data/dataset.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
 
 namespace dqt::testing {
 
@@ -131,6 +136,23 @@ void copy_checkpoint_with_meta(const std::string& from, const std::string& to,
     nlohmann::json meta = reader.meta();
     edit(meta);
     save_checkpoint(to, meta, views);
+}
+
+double reference_logit_error(const ModelParameters& model, const std::string& expected_path) {
+    const SafetensorsReader expected(expected_path);
+    const std::vector<int32_t> tokens = expected.read_i32("tokens");
+    const std::vector<float> logits = expected.read_f32("logits");
+    const std::vector<int64_t> shape = expected.shape("logits");  // (batch, T, V)
+    Activations acts(model.config, static_cast<int>(shape[0]), static_cast<int>(shape[1]));
+    require(tokens.size() == acts.tokens.size(), expected_path + ": tokens do not match the logits' shape");
+    std::copy(tokens.begin(), tokens.end(), acts.tokens.data());
+    model_forward(model, acts, false);
+    double largest = 0.0, worst = 0.0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        largest = std::max(largest, std::fabs(static_cast<double>(logits[i])));
+        worst = std::max(worst, std::fabs(static_cast<double>(acts.logits[i]) - logits[i]));
+    }
+    return worst / largest;
 }
 
 }  // namespace dqt::testing

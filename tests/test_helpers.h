@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "model/parameters.h"
 #include "train/options.h"
 
 namespace dqt::testing {
@@ -47,6 +48,11 @@ std::string read_bytes(const std::string& path);
 // tensors byte for byte, the checksums made anew (a crafted file that passes them).
 void copy_checkpoint_with_meta(const std::string& from, const std::string& to,
                                const std::function<void(nlohmann::json&)>& edit);
+
+// dqt's forward on a reference file's batch (expected_path: safetensors with I32 "tokens" and
+// "logits" of shape (batch, T, V), as the reference scripts write them): the largest
+// |dqt - reference| relative to the largest |logit|.
+double reference_logit_error(const ModelParameters& model, const std::string& expected_path);
 
 // Runs fn with the given OpenMP thread count, restoring the previous count afterwards.
 void with_threads(int threads, const std::function<void()>& fn);

@@ -51,23 +51,6 @@ std::string folder_with_tokenizer(const TempDir& root, const std::string& model)
     return folder;
 }
 
-// The largest |dqt - reference| over the reference's batch, relative to the largest |logit|.
-double logit_error(const ModelParameters& model, const std::string& expected_path) {
-    const SafetensorsReader expected(expected_path);
-    const std::vector<int32_t> tokens = expected.read_i32("tokens");
-    const std::vector<float> logits = expected.read_f32("logits");
-    const std::vector<int64_t> shape = expected.shape("logits");  // (batch, T, V)
-    Activations acts(model.config, static_cast<int>(shape[0]), static_cast<int>(shape[1]));
-    EXPECT_EQ(tokens.size(), acts.tokens.size());
-    std::copy(tokens.begin(), tokens.end(), acts.tokens.data());
-    model_forward(model, acts, false);
-    double largest = 0.0, worst = 0.0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        largest = std::max(largest, std::fabs(static_cast<double>(logits[i])));
-        worst = std::max(worst, std::fabs(static_cast<double>(acts.logits[i]) - logits[i]));
-    }
-    return worst / largest;
-}
 
 }  // namespace
 
@@ -81,7 +64,7 @@ TEST(HfImport, ShardedLlamaAndBitnetGiveTheReferenceLogits) {
         EXPECT_EQ(c.tie_embeddings, name == "bitnet");
         EXPECT_EQ(c.ffn_activation, name == "bitnet" ? GatedActivation::relu2 : GatedActivation::silu);
         EXPECT_EQ(imported.tokenizer->vocab_size(), 300);
-        const double error = logit_error(*imported.model, kGolden + name + "/expected.safetensors");
+        const double error = dqt::testing::reference_logit_error(*imported.model, kGolden + name + "/expected.safetensors");
         std::printf("[ hf ] %s: largest logit error %.2e of the largest logit\n", name.c_str(), error);
         EXPECT_LT(error, kRelativeTolerance);
 
@@ -94,7 +77,7 @@ TEST(HfImport, ShardedLlamaAndBitnetGiveTheReferenceLogits) {
             const int source = r < head_dim / 2 ? 2 * r : 2 * (r - head_dim / 2) + 1;
             std::copy_n(&head[static_cast<size_t>(source) * wq.cols], wq.cols, model.value(wq) + static_cast<size_t>(r) * wq.cols);
         }
-        EXPECT_GT(logit_error(model, kGolden + name + "/expected.safetensors"), 100 * kRelativeTolerance);
+        EXPECT_GT(dqt::testing::reference_logit_error(model, kGolden + name + "/expected.safetensors"), 100 * kRelativeTolerance);
     }
 }
 

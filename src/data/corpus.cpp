@@ -1,6 +1,7 @@
 #include "data/corpus.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 
@@ -22,8 +23,8 @@ Document read_document(const std::string& path) {
     return document;
 }
 
-// One document per non-blank line of a JSON Lines file: the line's "text".
-std::vector<Document> read_jsonl(const std::string& path) {
+// One document per non-blank line of a JSON Lines file: the line's text_key.
+std::vector<Document> read_jsonl(const std::string& path, const std::string& text_key) {
     const std::string content = read_file(path, "corpus file");
     std::vector<Document> documents;
     size_t start = 0;
@@ -36,9 +37,10 @@ std::vector<Document> read_jsonl(const std::string& path) {
         const std::string where = "corpus file " + path + " line " + std::to_string(line);
         const nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
         require(!object.is_discarded() && object.is_object(),
-                where + " is not a JSON object: a .jsonl corpus holds one {\"text\": \"...\"} object a line");
-        require(object.contains("text") && object.at("text").is_string(), where + " has no string \"text\"");
-        Document document{path + ":" + std::to_string(line), object.at("text").get<std::string>()};
+                where + " is not a JSON object: a .jsonl corpus holds one {\"" + text_key + "\": \"...\"} object a line");
+        require(object.contains(text_key) && object.at(text_key).is_string(),
+                where + " has no string " + quote_untrusted(text_key, 40) + " (choose the key with --text-key)");
+        Document document{path + ":" + std::to_string(line), object.at(text_key).get<std::string>()};
         const size_t bad = find_invalid_utf8(document.text);
         require(bad == std::string::npos, where + ": invalid UTF-8 in \"text\" at byte offset " + std::to_string(bad));
         documents.push_back(std::move(document));
@@ -107,7 +109,7 @@ size_t find_invalid_utf8(std::string_view text) {
     return std::string::npos;
 }
 
-std::vector<Document> read_corpus(const std::string& path) {
+std::vector<Document> read_corpus(const std::string& path, const std::string& text_key, bool cut_small_corpus) {
     std::error_code ec;
     require(fs::exists(path, ec),
             "corpus " + path + " not found: run scripts/fetch_corpus.sh or pass an existing file or folder");
@@ -129,20 +131,20 @@ std::vector<Document> read_corpus(const std::string& path) {
         std::sort(files.begin(), files.end());
         for (const std::string& file : files) {
             if (is_jsonl(file)) {
-                for (Document& document : read_jsonl(file)) documents.push_back(std::move(document));
+                for (Document& document : read_jsonl(file, text_key)) documents.push_back(std::move(document));
             } else {
                 documents.push_back(read_document(file));
             }
         }
     } else if (is_jsonl(path)) {
-        documents = read_jsonl(path);
+        documents = read_jsonl(path, text_key);
     } else {
         require(fs::path(path).extension() != ".json",
                 "corpus file " + path + " is JSON: give JSON Lines (*.jsonl, one {\"text\": \"...\"} object a line) or "
                 "plain UTF-8 text");
         documents.push_back(read_document(path));
     }
-    if (documents.size() < static_cast<size_t>(kCorpusFileParts)) {
+    if (cut_small_corpus && documents.size() < static_cast<size_t>(kCorpusFileParts)) {
         std::vector<Document> parts;
         for (const Document& document : documents) {
             for (Document& part : cut_into_parts(document)) parts.push_back(std::move(part));
@@ -155,12 +157,33 @@ std::vector<Document> read_corpus(const std::string& path) {
     return documents;
 }
 
-CorpusSplit split_corpus(std::vector<Document> documents) {
+namespace {
+
+// The validation fraction in millionths: integer arithmetic, so that 0.1 puts exactly every
+// 10th document in validation.
+uint64_t val_millionths(double val_fraction) {
+    require(val_fraction > 0.0 && val_fraction <= 0.5,
+            "validation fraction " + format_number(val_fraction) + " is outside (0, 0.5]: choose e.g. 0.1");
+    return static_cast<uint64_t>(std::llround(val_fraction * 1e6));
+}
+
+}  // namespace
+
+CorpusSplit split_corpus(std::vector<Document> documents, double val_fraction) {
+    const uint64_t f = val_millionths(val_fraction);
     CorpusSplit split;
-    for (size_t i = 0; i < documents.size(); ++i) {
-        (i % 10 == 9 ? split.val : split.train).push_back(std::move(documents[i]));
+    for (uint64_t i = 0; i < documents.size(); ++i) {
+        const bool val = (i + 1) * f / 1'000'000 > i * f / 1'000'000;
+        (val ? split.val : split.train).push_back(std::move(documents[i]));
     }
     return split;
+}
+
+std::string split_rule(double val_fraction) {
+    const uint64_t f = val_millionths(val_fraction);
+    if (f == 100'000) return "document i (sorted by path) goes to val when i % 10 == 9";
+    return "document i (sorted by path) goes to val when floor((i + 1) * " + format_number(val_fraction) +
+           ") > floor(i * " + format_number(val_fraction) + ")";
 }
 
 }  // namespace dqt

@@ -17,26 +17,33 @@ struct Document {
 // - A folder: every *.txt and *.jsonl file below it (recursively), sorted by path; a .txt file
 //   is one document.
 // - A JSON Lines file (*.jsonl, alone or in a folder): one document per non-blank line, each
-//   line an object whose "text" is a string (the layout of most published text datasets).
+//   line an object whose `text_key` ("text" unless asked) is a string (the layout of most
+//   published text datasets).
 // - A single .txt file: one document, cut as below.
-// A corpus of fewer than kCorpusFileParts documents has each document cut into
+// With cut_small_corpus, a corpus of fewer than kCorpusFileParts documents has each document cut into
 // kCorpusFileParts contiguous parts of about equal size, each cut moved forward to just after
 // the next newline (or, in a text without one, to the next character boundary), so the split
 // rule below keeps the last tenth of each for validation.
 // Throws dqt::Error for a missing path, a folder without .txt or .jsonl files, a .json file
 // (not JSON Lines), a line that is not such an object (naming the file and line), or invalid
 // UTF-8 (naming the file and the byte offset).
-std::vector<Document> read_corpus(const std::string& path);
+std::vector<Document> read_corpus(const std::string& path, const std::string& text_key = "text",
+                                  bool cut_small_corpus = true);
 inline constexpr int kCorpusFileParts = 10;
+
+inline constexpr double kDefaultValFraction = 0.1;
 
 struct CorpusSplit {
     std::vector<Document> train;
     std::vector<Document> val;
 };
 
-// Document i (in read_corpus order) goes to validation when i % 10 == 9, else to training:
-// a 90/10 split spread over the whole corpus (for SOTU: over all eras).
-CorpusSplit split_corpus(std::vector<Document> documents);
+// Document i (in read_corpus order) goes to validation when floor((i + 1) f) > floor(i f), f the
+// validation fraction (in (0, 0.5], counted in millionths), else to training: a split spread
+// evenly over the whole corpus (for SOTU: over all eras). f = 0.1 (the default): i % 10 == 9.
+CorpusSplit split_corpus(std::vector<Document> documents, double val_fraction = kDefaultValFraction);
+// "document i (sorted by path) goes to val when ...": the rule above for f, as meta.json says it.
+std::string split_rule(double val_fraction);
 
 // Byte offset of the first invalid UTF-8 sequence in text (overlong forms, surrogates and
 // code points above U+10FFFF are invalid), or std::string::npos when it is all valid.

@@ -67,14 +67,25 @@ std::vector<std::string> take_texts(std::vector<Document>& documents) {
 }  // namespace
 
 DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir,
-                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing) {
+                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing,
+                            const CorpusOptions& corpus) {
     require(existing || tokenizer_kind == "byte" || tokenizer_kind == "bpe",
             "unknown tokenizer '" + tokenizer_kind + "': use byte or bpe");
-    CorpusSplit split = split_corpus(read_corpus(corpus_path));
+    const bool named_val = !corpus.val_corpus.empty();
+    CorpusSplit split;
+    if (named_val) {
+        split.train = read_corpus(corpus_path, corpus.text_key, false);
+        split.val = read_corpus(corpus.val_corpus, corpus.text_key, false);
+    } else {
+        split = split_corpus(read_corpus(corpus_path, corpus.text_key), corpus.val_fraction);
+    }
     const bool val_has_text =
         std::any_of(split.val.begin(), split.val.end(), [](const Document& d) { return !d.text.empty(); });
-    require(val_has_text, "corpus " + corpus_path + " leaves no text for validation (every 10th document, or the last "
-                          "tenth of each when there are fewer than 10): give it more text");
+    require(val_has_text, named_val ? "validation corpus " + corpus.val_corpus + " holds no text"
+                                    : "corpus " + corpus_path + " leaves no text for validation (" +
+                                          split_rule(corpus.val_fraction) +
+                                          "; a corpus of fewer than 10 documents is cut in tenths first): give it more "
+                                          "text or a larger --val-fraction");
     const std::vector<std::string> train_texts = take_texts(split.train);
     const std::vector<std::string> val_texts = take_texts(split.val);
 
@@ -99,7 +110,8 @@ DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& o
         {"format", "dqt-dataset"},
         {"version", 1},
         {"corpus", corpus_path},
-        {"split_rule", "document i (sorted by path) goes to val when i % 10 == 9"},
+        {"split_rule", named_val ? "every document of the corpus trains; val is " + corpus.val_corpus
+                                 : split_rule(corpus.val_fraction)},
         {"document_separator", kDocumentSeparator},
         {"tokenizer", info.tokenizer_kind},
         {"vocab_size", info.vocab_size},

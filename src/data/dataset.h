@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "data/corpus.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -26,13 +27,21 @@ struct DatasetInfo {
     SplitInfo train, val;
 };
 
+// How a corpus becomes documents and splits (data/corpus.h).
+struct CorpusOptions {
+    std::string text_key = "text";             // of JSON Lines records
+    double val_fraction = kDefaultValFraction;  // split_corpus's f
+    std::string val_corpus;  // when set: every document of the corpus trains, this one validates
+};
+
 // Reads the corpus (see read_corpus, split_corpus), builds the tokenizer ("byte", or "bpe"
 // trained on the training documents only, with bpe_vocab tokens), and writes the four files
 // into out_dir (created if needed), each atomically. Uses num_threads() threads.
 // `existing`: tokenize with this tokenizer instead (a model's, to evaluate or fine-tune it on
 // another corpus); tokenizer_kind and bpe_vocab are then not used.
 DatasetInfo prepare_dataset(const std::string& corpus_path, const std::string& out_dir,
-                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing = nullptr);
+                            const std::string& tokenizer_kind, int bpe_vocab, const Tokenizer* existing = nullptr,
+                            const CorpusOptions& corpus = {});
 
 struct Dataset {
     std::unique_ptr<Tokenizer> tokenizer;

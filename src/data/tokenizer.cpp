@@ -12,6 +12,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "data/byte_level_bpe.h"
 #include "data/corpus.h"
 #include "io/atomic_file.h"
 
@@ -270,7 +271,9 @@ bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& serialized) {
     if (kind == "byte") return make_byte_tokenizer();
     if (kind == "bpe") return std::make_unique<BpeTokenizer>(serialized);
-    throw Error("unknown tokenizer kind " + quote_untrusted(kind) + " (expected byte or bpe): the file was not written by this dqt");
+    if (kind == "byte-level-bpe") return load_byte_level_bpe(serialized, "the stored tokenizer.json");
+    throw Error("unknown tokenizer kind " + quote_untrusted(kind) +
+                " (expected byte, bpe or byte-level-bpe): the file was not written by this dqt");
 }
 
 void save_tokenizer_file(const std::string& path, const Tokenizer& tokenizer) {

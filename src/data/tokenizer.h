@@ -19,7 +19,9 @@ public:
     // [0, vocab_size()).
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
     virtual int vocab_size() const = 0;
-    virtual std::string kind() const = 0;       // "byte" or "bpe"
+    // "byte", "bpe" (sentencepiece, trained by dqt) or "byte-level-bpe" (a Hugging Face
+    // tokenizer.json: data/byte_level_bpe.h)
+    virtual std::string kind() const = 0;
     virtual std::string serialize() const = 0;  // bytes stored in checkpoints; empty for "byte"
 };
 

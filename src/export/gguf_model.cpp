@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
-#include "export/byte_symbols.h"
+#include "data/byte_symbols.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
@@ -53,6 +53,9 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
 // ---- tokenizer ----------------------------------------------------------------------------
 
 void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
+    require(tokenizer.kind() != "byte-level-bpe",
+            "export: the model's tokenizer is a Hugging Face tokenizer.json, which GGUF export does not write yet: "
+            "export with --format safetensors");
     out.set_string("dqt.tokenizer.kind", tokenizer.kind());
     out.set_bytes("dqt.tokenizer.data", tokenizer.serialize());
     out.set_string("tokenizer.chat_template", kChatTemplateJinja);

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "export/byte_symbols.h"
+#include "data/byte_symbols.h"
 #include "export/hf_names.h"
 #include "export/rope_rows.h"
 #include "io/atomic_file.h"
@@ -90,6 +90,9 @@ void write_tokenizer_files(const Tokenizer& tokenizer, int context, const std::s
         config["tokenizer_class"] = "LlamaTokenizer";
         config["add_prefix_space"] = false;  // trained without sentencepiece's dummy prefix
         config["legacy"] = false;
+    } else if (tokenizer.kind() == "byte-level-bpe") {
+        write_file_atomic(folder + "/tokenizer.json", tokenizer.serialize());  // the file it was read from
+        config["tokenizer_class"] = "PreTrainedTokenizerFast";
     } else {
         require(tokenizer.kind() == "byte", "export: unknown tokenizer kind " + tokenizer.kind());
         write_file_atomic(folder + "/tokenizer.json", byte_tokenizer_json().dump(2) + "\n");

@@ -18,7 +18,8 @@
 //                               NAME.weight_code_scale (F32, [1]: s, exactly as dqt holds it;
 //                               the integer forward multiplies codes by fl(1 / s))
 //   tokenizer.model         a BPE model: the sentencepiece model itself
-//   tokenizer.json          a byte model: byte-level BPE with the 256 byte symbols, no merges
+//   tokenizer.json          a byte-level BPE read from one: that file as it was; a byte model:
+//                           byte-level BPE with the 256 byte symbols, no merges
 //   tokenizer_config.json, generation_config.json
 // The folder is written beside its destination and renamed into place, so an interrupted
 // export leaves no half-written folder; an existing non-empty destination is refused.

@@ -9,7 +9,8 @@
 
 #include "core/error.h"
 #include "core/memory.h"
-#include "export/byte_symbols.h"
+#include "data/byte_level_bpe.h"
+#include "data/byte_symbols.h"
 #include "export/hf_names.h"
 #include "export/rope_rows.h"
 #include "io/atomic_file.h"
@@ -145,8 +146,8 @@ private:
     std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
 };
 
-// A tokenizer.json dqt can read: the byte-level BPE of exactly the 256 byte symbols and no
-// merges, which is dqt's byte tokenizer (export/hf_export.h writes it).
+// A tokenizer.json that is dqt's byte tokenizer (export/hf_export.h writes it): byte-level BPE
+// of exactly the 256 byte symbols, id = byte, no merges, no added tokens.
 bool is_byte_vocabulary(const nlohmann::json& j) {
     if (!j.is_object() || !j.contains("model") || !j.at("model").is_object()) return false;
     const nlohmann::json& model = j.at("model");
@@ -171,12 +172,11 @@ std::unique_ptr<Tokenizer> read_tokenizer(const std::string& folder, int vocab_s
     } else {
         require(fs::exists(json_path), folder + " has neither tokenizer.model nor tokenizer.json");
         path = json_path;
-        const nlohmann::json parsed = nlohmann::json::parse(read_file(json_path, "tokenizer"), nullptr, false);
+        const std::string text = read_file(json_path, "tokenizer");
+        const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
         require(!parsed.is_discarded(), json_path + " is not JSON");
-        require(is_byte_vocabulary(parsed), json_path + " is a tokenizer.json with merges or added tokens: dqt reads "
-                                                        "sentencepiece tokenizer.model files and byte vocabularies only "
-                                                        "(byte-level BPE with merges is not read yet)");
-        tokenizer = make_byte_tokenizer();
+        tokenizer = load_byte_level_bpe(text, json_path);  // checks the whole file
+        if (is_byte_vocabulary(parsed)) tokenizer = make_byte_tokenizer();  // the same ids, dqt's own kind
     }
     require(tokenizer->vocab_size() == vocab_size,
             path + " has " + std::to_string(tokenizer->vocab_size()) + " tokens where config.json's vocab_size is " +

@@ -1,8 +1,8 @@
 #pragma once
 // A LLaMA-family model in Hugging Face's layout, read into a dqt model: a folder with
 // config.json, model.safetensors or its shards with model.safetensors.index.json, and a
-// sentencepiece tokenizer.model or a byte vocabulary's tokenizer.json (docs/FORMATS.md,
-// "Hugging Face folders").
+// sentencepiece tokenizer.model or a byte-level BPE tokenizer.json (data/byte_level_bpe.h;
+// dqt's byte vocabulary is read as its byte tokenizer) (docs/FORMATS.md, "Hugging Face folders").
 //
 //   config.json   hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
 //                 vocab_size; num_key_value_heads (default: the heads), rms_norm_eps (1e-6),

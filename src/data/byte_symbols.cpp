@@ -1,4 +1,4 @@
-#include "export/byte_symbols.h"
+#include "data/byte_symbols.h"
 
 #include <vector>
 
