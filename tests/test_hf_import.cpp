@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,6 +25,7 @@
 #include "export/hf_import.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "train/model_checkpoint.h"
 #include "test_helpers.h"
 
 using namespace dqt;
@@ -166,4 +168,40 @@ TEST(HfImport, CommandsReadAFolderAsAModel) {
     EXPECT_EQ(config.at("model").at("dim").get<int>(), 64);
     EXPECT_EQ(config.at("model").at("seq_len").get<int>(), 32);
     EXPECT_EQ(config.at("init_from").get<std::string>(), model);
+}
+
+// The round trip of the workflow: each published shape (LLaMA; BitNet's SubLN, squared
+// ReLU and tied embeddings) fine-tuned 20 steps by each method from the command line, exported
+// with --format safetensors, and read back as the very weights the run's checkpoint holds.
+TEST(HfImport, EachMethodFineTunesAnImportedModelThatExportsBackBitForBit) {
+    TempDir root("hf-finetune");
+    dqt::testing::write_tiny_corpus(root / "corpus", 12);
+    const std::string dqt = DQT_BINARY;
+    const auto ran = [](const std::string& command) {
+        const dqt::testing::CommandResult result = dqt::testing::run_command(command);
+        EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+    };
+    for (const std::string shape : {"llama", "bitnet"}) {
+        const std::string model = folder_with_tokenizer(root, shape);
+        const std::string data = root / (shape + "-data");
+        ran(dqt + " data --corpus " + root / "corpus" + " --tokenizer-from " + model + " --out " + data);
+        for (const std::string method : {"fp", "bitnet", "dqt --bits 1.58", "dqt --bits 4"}) {
+            SCOPED_TRACE(shape + " " + method);
+            const std::string run = root / (shape + "-" + std::to_string(method.size()));
+            ran(dqt + " train --init-from " + model + " --data " + data + " --out " + run + " --method " + method +
+                " --seq-len 32 --batch 2 --steps 20 --eval-tokens 256 --quiet --no-sample");
+            ran(dqt + " export " + run + "/checkpoint.dqt --format safetensors --out " + run + "/hf");
+            const LoadedModel loaded = load_model_checkpoint(run + "/checkpoint.dqt");
+            const ModelParameters& trained = *loaded.model;
+            const ImportedHf exported = import_hf_folder(run + "/hf");
+            const ModelParameters& back = *exported.model;
+            EXPECT_EQ(back.method.label(), trained.method.label());
+            EXPECT_EQ(nlohmann::json(back.config), nlohmann::json(trained.config));
+            ASSERT_EQ(back.values.size(), trained.values.size());
+            ASSERT_EQ(back.codes.size(), trained.codes.size());
+            EXPECT_EQ(std::memcmp(back.values.data(), trained.values.data(), back.values.size() * sizeof(float)), 0);
+            EXPECT_EQ(std::memcmp(back.codes.data(), trained.codes.data(), back.codes.size()), 0);
+            EXPECT_EQ(std::memcmp(back.scales.data(), trained.scales.data(), back.scales.size() * sizeof(float)), 0);
+        }
+    }
 }
