@@ -126,14 +126,14 @@ public:
         const std::string where = source;
         const json j = json::parse(text_, nullptr, false);
         require(!j.is_discarded() && j.is_object(), where + " is not a JSON object");
-        read_model(j, where);
-        read_added_tokens(j, where);
-        assign_ids(where);
-        read_pre_tokenizer(j, where);
         if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
             throw Error(where + ": a normalizer (" + quote_untrusted(j.at("normalizer").dump(), 60) +
                         ") is not supported: dqt reads byte-level BPE without one (LLaMA 3's, GPT-2's)");
         }
+        read_model(j, where);
+        read_added_tokens(j, where);
+        assign_ids(where);
+        read_pre_tokenizer(j, where);
         for (int b = 0; b < 256; ++b) {
             const auto found = vocab_.find(gpt2_byte_symbol(b));
             require(found != vocab_.end(), where + ": the vocabulary lacks the byte symbol of byte " + std::to_string(b));
@@ -143,17 +143,25 @@ public:
 
     std::vector<int32_t> encode(std::string_view text) const override {
         std::vector<int32_t> ids;
+        // Each added token's next occurrence at or after `at` (found again only once passed),
+        // so the text is scanned once per added token, however many of them it holds.
+        std::vector<size_t> next_at(added_.size(), 0);
+        std::vector<bool> searched(added_.size(), false);
         size_t at = 0;
         while (at < text.size()) {
             // The earliest added token in the rest of the text (the longest where several start there).
             size_t next = text.size();
             const AddedToken* hit = nullptr;
-            for (const AddedToken& added : added_) {
-                const size_t found = text.find(added.content, at);
+            for (size_t k = 0; k < added_.size(); ++k) {
+                if (!searched[k] || (next_at[k] != std::string_view::npos && next_at[k] < at)) {
+                    next_at[k] = text.find(added_[k].content, at);
+                    searched[k] = true;
+                }
+                const size_t found = next_at[k];
                 if (found == std::string_view::npos) continue;
-                if (found < next || (found == next && added.content.size() > hit->content.size())) {
+                if (found < next || (found == next && added_[k].content.size() > hit->content.size())) {
                     next = found;
-                    hit = &added;
+                    hit = &added_[k];
                 }
             }
             encode_ordinary(text.substr(at, next - at), ids);

@@ -42,7 +42,7 @@ std::vector<Document> read_jsonl(const std::string& path, const std::string& tex
                 where + " has no string " + quote_untrusted(text_key, 40) + " (choose the key with --text-key)");
         Document document{path + ":" + std::to_string(line), object.at(text_key).get<std::string>()};
         const size_t bad = find_invalid_utf8(document.text);
-        require(bad == std::string::npos, where + ": invalid UTF-8 in \"text\" at byte offset " + std::to_string(bad));
+        require(bad == std::string::npos, where + ": invalid UTF-8 in " + quote_untrusted(text_key, 40) + " at byte offset " + std::to_string(bad));
         documents.push_back(std::move(document));
     }
     return documents;

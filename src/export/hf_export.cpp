@@ -105,25 +105,22 @@ std::vector<SafetensorsTensor> hf_tensors(const ModelParameters& model) {
     std::vector<SafetensorsTensor> tensors;
     const int head_dim = model.config.head_dim();
     for (const ParamTensor& t : model.layout.tensors) {
-        const std::string name = hf_tensor_name(t.name);
-        const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
-        const std::vector<int64_t> shape =
-            t.is_matrix() ? std::vector<int64_t>{t.rows, t.cols} : std::vector<int64_t>{t.cols};
+        const std::vector<int64_t> shape = hf_tensor_shape(t);
         const bool permute = hf_rope_permuted(t.name);
         // Values as stored: fp32 values, bitnet's latents, or a coded tensor's codes / s.
-        tensors.push_back({name, "F32", shape, [&model, &t, head_dim, permute] {
+        tensors.push_back({hf_tensor_name(t.name), "F32", shape, [&model, &t, head_dim, permute] {
                                std::vector<float> values(t.count());
                                model.read_dense(t, values.data());
                                return as_bytes(rows_in_file_order(values, t.rows, t.cols, head_dim, permute));
                            }});
         if (!t.stores_codes()) continue;
-        tensors.push_back({prefix + ".weight_codes", "I8", shape, [&model, &t, head_dim, permute] {
+        tensors.push_back({hf_codes_name(t.name), "I8", shape, [&model, &t, head_dim, permute] {
                                std::vector<int8_t> codes(t.count());
                                t.traits().read_integers(model, t, t.traits().weight_scale(model, t), 0, t.count(),
                                                         codes.data());
                                return as_bytes(rows_in_file_order(codes, t.rows, t.cols, head_dim, permute));
                            }});
-        tensors.push_back({prefix + ".weight_code_scale", "F32", {1},
+        tensors.push_back({hf_code_scale_name(t.name), "F32", {1},
                            [&model, &t] { return as_bytes(std::vector<float>{model.scale(t)}); }});
     }
     return tensors;

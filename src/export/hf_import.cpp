@@ -4,13 +4,13 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/byte_level_bpe.h"
-#include "data/byte_symbols.h"
 #include "export/hf_names.h"
 #include "export/rope_rows.h"
 #include "io/atomic_file.h"
@@ -51,9 +51,8 @@ double positive_number(const nlohmann::json& config, const std::string& key, con
     return value.get<double>();
 }
 
-ModelConfig read_config(const std::string& folder, bool subln) {
-    const std::string path = folder + "/config.json";
-    const nlohmann::json j = read_json(path);
+// j: config.json at path.
+ModelConfig read_config(const nlohmann::json& j, const std::string& path, bool subln) {
     require(!j.contains("rope_scaling") || j.at("rope_scaling").is_null(),
             path + " asks for rope_scaling (a long-context RoPE variant), which dqt does not implement");
     ModelConfig c;
@@ -146,19 +145,13 @@ private:
     std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
 };
 
-// A tokenizer.json that is dqt's byte tokenizer (export/hf_export.h writes it): byte-level BPE
-// of exactly the 256 byte symbols, id = byte, no merges, no added tokens.
-bool is_byte_vocabulary(const nlohmann::json& j) {
-    if (!j.is_object() || !j.contains("model") || !j.at("model").is_object()) return false;
-    const nlohmann::json& model = j.at("model");
-    if (model.value("type", nlohmann::json()) != "BPE" || !model.contains("vocab") || !model.at("vocab").is_object() ||
-        model.at("vocab").size() != 256)
-        return false;
-    if (model.contains("merges") && !(model.at("merges").is_array() && model.at("merges").empty())) return false;
-    if (j.contains("added_tokens") && !(j.at("added_tokens").is_array() && j.at("added_tokens").empty())) return false;
-    for (int b = 0; b < 256; ++b) {
-        const auto found = model.at("vocab").find(gpt2_byte_symbol(b));
-        if (found == model.at("vocab").end() || *found != b) return false;
+// A tokenizer.json tokenizer that is dqt's byte tokenizer (export/hf_export.h writes it): 256
+// tokens, token b the byte b. The reader requires every byte symbol in the vocabulary, so such
+// a file has no merges and no added tokens, and it encodes every byte as itself.
+bool is_byte_vocabulary(const Tokenizer& tokenizer) {
+    if (tokenizer.vocab_size() != 256) return false;
+    for (int32_t b = 0; b < 256; ++b) {
+        if (tokenizer.decode(std::span<const int32_t>(&b, 1)) != std::string(1, static_cast<char>(b))) return false;
     }
     return true;
 }
@@ -172,11 +165,8 @@ std::unique_ptr<Tokenizer> read_tokenizer(const std::string& folder, int vocab_s
     } else {
         require(fs::exists(json_path), folder + " has neither tokenizer.model nor tokenizer.json");
         path = json_path;
-        const std::string text = read_file(json_path, "tokenizer");
-        const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
-        require(!parsed.is_discarded(), json_path + " is not JSON");
-        tokenizer = load_byte_level_bpe(text, json_path);  // checks the whole file
-        if (is_byte_vocabulary(parsed)) tokenizer = make_byte_tokenizer();  // the same ids, dqt's own kind
+        tokenizer = load_byte_level_bpe(read_file(json_path, "tokenizer"), json_path);
+        if (is_byte_vocabulary(*tokenizer)) tokenizer = make_byte_tokenizer();  // the same ids, dqt's own kind
     }
     require(tokenizer->vocab_size() == vocab_size,
             path + " has " + std::to_string(tokenizer->vocab_size()) + " tokens where config.json's vocab_size is " +
@@ -184,10 +174,8 @@ std::unique_ptr<Tokenizer> read_tokenizer(const std::string& folder, int vocab_s
     return tokenizer;
 }
 
-// The training method: fp unless config.json's quantization_config is dqt's own.
-MethodConfig read_method(const std::string& folder) {
-    const std::string path = folder + "/config.json";
-    const nlohmann::json j = read_json(path);
+// The training method: fp unless config.json's (j, at path) quantization_config is dqt's own.
+MethodConfig read_method(const nlohmann::json& j, const std::string& path) {
     if (!j.contains("quantization_config") || j.at("quantization_config").is_null()) return MethodConfig{};
     const nlohmann::json& q = j.at("quantization_config");
     const nlohmann::json kind = q.is_object() ? q.value("quant_method", nlohmann::json()) : nlohmann::json();
@@ -205,28 +193,28 @@ MethodConfig read_method(const std::string& folder) {
 
 // A dqt export's coded tensor: codes and scale, checked against the grid and against the
 // dequantized values beside them (an edit of one without the other is refused).
-void read_coded_tensor(ShardSet& shards, const std::string& folder, ModelParameters& model, const ParamTensor& tensor,
-                       const std::vector<int64_t>& shape, bool permute) {
-    const std::string name = hf_tensor_name(tensor.name);
-    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+void read_coded_tensor(ShardSet& shards, const std::string& folder, ModelParameters& model, const ParamTensor& tensor) {
+    const std::vector<int64_t> shape = hf_tensor_shape(tensor);
+    const bool permute = hf_rope_permuted(tensor.name);
+    const int head_dim = model.config.head_dim();
+    const std::string codes_name = hf_codes_name(tensor.name), scale_name = hf_code_scale_name(tensor.name);
     const CodeGrid grid = model.method.grid;
-    const std::vector<int8_t> codes = rows_in_model_order(
-        shards.holding(prefix + ".weight_codes", shape).read_i8(prefix + ".weight_codes"), tensor.rows, tensor.cols,
-        model.config.head_dim(), permute);
+    const std::vector<int8_t> codes = rows_in_model_order(shards.holding(codes_name, shape).read_i8(codes_name),
+                                                          tensor.rows, tensor.cols, head_dim, permute);
     const auto [low, high] = std::minmax_element(codes.begin(), codes.end());
     require(*low >= grid.qn() && *high <= grid.qp(),
-            folder + ": " + prefix + ".weight_codes holds a code outside the " + grid.label() + "-bit grid");
-    const std::vector<float> scale = shards.holding(prefix + ".weight_code_scale", {1}).read_f32(prefix + ".weight_code_scale");
-    require(std::isfinite(scale[0]) && scale[0] > 0.0f,
-            folder + ": " + prefix + ".weight_code_scale must be a positive number");
+            folder + ": " + codes_name + " holds a code outside the " + grid.label() + "-bit grid");
+    const std::vector<float> scale = shards.holding(scale_name, {1}).read_f32(scale_name);
+    require(std::isfinite(scale[0]) && scale[0] > 0.0f, folder + ": " + scale_name + " must be a positive number");
     for (size_t i = 0; i < codes.size(); ++i) write_code(model.code(tensor), grid, i, codes[i]);
     model.scale(tensor) = scale[0];
     std::vector<float> dequantized(tensor.count());
     model.read_dense(tensor, dequantized.data());
-    const std::vector<float> stored = rows_in_model_order(shards.holding(name, shape).read_f32(name), tensor.rows,
-                                                          tensor.cols, model.config.head_dim(), permute);
-    require(stored == dequantized, folder + ": " + name + " is not " + prefix + ".weight_codes / " + prefix +
-                                       ".weight_code_scale: a file edited in one place and not the other?");
+    const std::string name = hf_tensor_name(tensor.name);
+    const std::vector<float> stored =
+        rows_in_model_order(shards.holding(name, shape).read_f32(name), tensor.rows, tensor.cols, head_dim, permute);
+    require(stored == dequantized, folder + ": " + name + " is not " + codes_name + " / " + scale_name +
+                                       ": a file edited in one place and not the other?");
 }
 
 }  // namespace
@@ -241,23 +229,23 @@ std::unique_ptr<Tokenizer> import_hf_tokenizer(const std::string& folder) {
 ImportedHf import_hf_folder(const std::string& folder) {
     ShardSet shards(folder);
     const bool subln = shards.has("model.layers.0.self_attn.attn_sub_norm.weight");
-    const ModelConfig config = read_config(folder, subln);
-    const MethodConfig method = read_method(folder);
+    const std::string config_path = folder + "/config.json";
+    const nlohmann::json config_json = read_json(config_path);
+    const ModelConfig config = read_config(config_json, config_path, subln);
+    const MethodConfig method = read_method(config_json, config_path);
     ImportedHf imported;
     imported.tokenizer = read_tokenizer(folder, config.vocab_size);
     imported.model = std::make_unique<ModelParameters>(config, method);
     ModelParameters& model = *imported.model;
     for (const ParamTensor& tensor : model.layout.tensors) {
-        const std::vector<int64_t> shape =
-            tensor.is_matrix() ? std::vector<int64_t>{tensor.rows, tensor.cols} : std::vector<int64_t>{tensor.cols};
-        const bool permute = hf_rope_permuted(tensor.name);
         if (tensor.stores_codes()) {
-            read_coded_tensor(shards, folder, model, tensor, shape, permute);
+            read_coded_tensor(shards, folder, model, tensor);
             continue;
         }
         const std::string name = hf_tensor_name(tensor.name);
-        const std::vector<float> values = rows_in_model_order(shards.holding(name, shape).read_f32(name), tensor.rows,
-                                                              tensor.cols, config.head_dim(), permute);
+        const std::vector<float> values =
+            rows_in_model_order(shards.holding(name, hf_tensor_shape(tensor)).read_f32(name), tensor.rows, tensor.cols,
+                                config.head_dim(), hf_rope_permuted(tensor.name));
         std::copy(values.begin(), values.end(), model.value(tensor));
     }
     return imported;
