@@ -50,6 +50,7 @@ ModelConfig paper_130m() {
     c.ffn_dim = 2048;
     c.seq_len = 512;
     c.vocab_size = 32002;
+    c.tie_embeddings = false;
     return c;
 }
 

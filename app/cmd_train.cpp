@@ -53,7 +53,9 @@ void prepare_default_dataset(const TrainOptions& options) {
 InitialModel load_initial_model(const CLI::App& command, TrainArgs& args) {
     for (const char* flag : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--ffn-act",
                              "--vocab-size", "--no-subln", "--rope-theta", "--init-std", "--tie-embeddings"}) {
-        require(command.count(flag) == 0, std::string(flag) +
+        // (--untie-embeddings is the negation of --tie-embeddings: one option, counted under that name)
+        const std::string name = std::string(flag) == "--tie-embeddings" ? "--tie-embeddings/--untie-embeddings" : flag;
+        require(command.count(flag) == 0, name +
                                               " cannot be combined with --init-from: the model's shape is the "
                                               "initial model's (only --seq-len may change)");
     }

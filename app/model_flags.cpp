@@ -32,8 +32,9 @@ void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path
     command.add_flag("--no-subln{false}", c.subln, "drop the SubLN norms before o_proj and down_proj");
     command.add_option("--rope-theta", c.rope_theta, "rotary embedding base")->capture_default_str();
     command.add_option("--init-std", c.init_std, "std of the N(0, s) weight init")->capture_default_str();
-    command.add_flag("--tie-embeddings", c.tie_embeddings,
-                     "the lm_head reads token_embd (needed to export a SubLN model to llama.cpp)");
+    command.add_flag("--tie-embeddings,!--untie-embeddings", c.tie_embeddings,
+                     "the lm_head reads token_embd (the default; llama.cpp runs a SubLN model only tied); "
+                     "--untie-embeddings gives the head its own table");
 }
 
 ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& flags, const std::string& config_path,

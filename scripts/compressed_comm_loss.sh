@@ -24,7 +24,7 @@ dqt="${DQT:-build/dqt}"
 [ -d data/sotu ] || bash scripts/fetch_corpus.sh
 [ -d data/sotu-byte ] || "$dqt" data --corpus data/sotu --tokenizer byte --out data/sotu-byte
 
-common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 4 --grad-accum 2
+common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --untie-embeddings --seq-len 256 --batch 4 --grad-accum 2
         --steps 2450 --warmup 30 --beta2 0.95 --weight-decay 0.1 --grad-clip 1.0 --seed 1234
         --eval-every 500 --eval-tokens 131072 --checkpoint-every 0 --no-sample --threads 1 --quiet)
 # name|flags

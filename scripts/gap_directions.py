@@ -160,6 +160,7 @@ def main():
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
     dqt, built_from = grid.frozen_binary(args.dqt)
+    grid.keep_untied_head(dqt)
     for arm in args.arms:
         if f"direction-{args.corpus}-base-{arm}-{args.budget}-s{args.seed}" in load_records():
             continue

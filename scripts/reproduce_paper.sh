@@ -33,7 +33,7 @@ dqt="${DQT:-build/dqt}"  # another binary may be named, e.g. a copy that a rebui
 # the paper's runs pass --dqt-recipe reference. The *-tuned runs are dqt's default recipe
 # (src/train/dqt_recipe.h; its flags spelt out, as the common ones set them), bitnet-minlr0 the
 # bitnet run with the same schedule.
-common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 8
+common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --untie-embeddings --seq-len 256 --batch 8
         --steps "$steps" --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
         --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --eval-every 250 --eval-tokens 131072
         --checkpoint-every 500 --no-sample)

@@ -18,7 +18,7 @@ dqt="${DQT:-build/dqt}"
 [ -d data/brown ] || bash scripts/fetch_brown.sh
 [ -d data/brown-byte ] || "$dqt" data --corpus data/brown --tokenizer byte --out data/brown-byte
 
-common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --seq-len 256 --batch 8
+common=(--data data/sotu-byte --dim 256 --layers 4 --heads 4 --ffn 688 --untie-embeddings --seq-len 256 --batch 8
         --steps 2450 --lr 2e-3 --warmup 30 --min-lr-ratio 0.1 --beta1 0.9 --beta2 0.95
         --weight-decay 0.1 --grad-clip 1.0 --seed 1234 --eval-every 250 --eval-tokens 131072
         --checkpoint-every 500 --no-sample --code-stats-every 50 --threads 1 --quiet)

@@ -2,14 +2,15 @@
 """An independent reference for dqt's training step: a tiny LLaMA written in PyTorch (Debian's
 python3-torch), in float64, with the same initial weights and batch as dqt's test. Writes the
 logits, the mean loss and every parameter's gradient, for fp and for bitnet (absmean ternary
-weights, 8-bit absmax activations per token, straight-through), to a safetensors file that
+weights, 8-bit absmax activations per token, straight-through), each with its own head and with
+the head tied to the embedding table ("fp.tied", "bitnet.tied"), to a safetensors file that
 tests/test_torch_reference.cpp compares with dqt's own forward and backward.
 
     apt-get install python3-torch libopenblas0-pthread
     OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 scripts/torch_reference.py tests/golden/torch_reference.safetensors
 
 The model is dqt's (docs/METHOD.md section 1): SubLN norms, grouped-query attention, rotary
-embedding on interleaved pairs (x[2i], x[2i+1]), SwiGLU, an untied fp32 head. Nothing of dqt's
+embedding on interleaved pairs (x[2i], x[2i+1]), SwiGLU, an fp32 head. Nothing of dqt's
 code is used. bitnet rounds values v to the nearest integer; the seed is chosen so that every value rounded
 (weights over their absmean, activations times 127 / absmax) lies at least MARGIN * max(|v|, 1)
 from a rounding boundary, so that fp32 arithmetic in another order (relative error far below
@@ -82,7 +83,7 @@ def rope(x, theta):
     return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).reshape(B, T, H, D)
 
 
-def forward(c, w, tokens, targets, method, rounded):
+def forward(c, w, tokens, targets, method, tied, rounded):
     B, T = tokens.shape
     H, KV, D = c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"]
     eps = c["norm_eps"]
@@ -108,7 +109,8 @@ def forward(c, w, tokens, targets, method, rounded):
         n = rmsnorm(x, w[p + "ffn_norm"][0], eps)
         h = torch.nn.functional.silu(linear(n, p + "ffn_gate")) * linear(n, p + "ffn_up")
         x = x + linear(rmsnorm(h, w[p + "ffn_sub_norm"][0], eps), p + "ffn_down")
-    logits = rmsnorm(x, w["output_norm"][0], eps) @ w["output"].T  # the head stays fp (BitNet keeps it)
+    head = w["token_embd"] if tied else w["output"]  # the head stays fp (BitNet keeps it)
+    logits = rmsnorm(x, w["output_norm"][0], eps) @ head.T
     loss = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
     return logits.reshape(B * T, -1), loss
 
@@ -156,10 +158,12 @@ def main():
         targets = torch.randint(0, c["vocab_size"], (BATCH, c["seq_len"]), generator=generator)
         results, rounded = {}, Rounded()
         for method in ("fp", "bitnet"):
-            w = {name: value.clone().requires_grad_(True) for name, value in weights.items()}
-            logits, loss = forward(c, w, tokens, targets, method, rounded)
-            loss.backward()
-            results[method] = (logits, loss, {name: w[name].grad for name in w})
+            for tied in (False, True):
+                w = {name: value.clone().requires_grad_(True) for name, value in weights.items()}
+                logits, loss = forward(c, w, tokens, targets, method, tied, rounded)
+                loss.backward()
+                grads = {name: w[name].grad for name in w if not (tied and name == "output")}
+                results[method + (".tied" if tied else "")] = (logits, loss, grads)
         if rounded.closest >= MARGIN:
             break
     else:

@@ -169,6 +169,15 @@ def frozen_binary(dqt):
     return str(copy), head + ("+dirty" if dirty else "")
 
 
+def keep_untied_head(dqt):
+    """The grid's models have a separate lm_head, the default of the binaries that started it;
+    binaries since 2026-11-26 tie it unless told, so they are told: every run, one architecture."""
+    help_text = subprocess.run([dqt, "train", "--help"], capture_output=True, text=True).stdout
+    if "--untie-embeddings" in help_text:
+        for flags in SIZES.values():
+            flags.append("--untie-embeddings")
+
+
 def summarize(run, out, elapsed, built_from):
     """The record of a finished run, read from its metrics.jsonl: one that ended, or one that
     diverged (val_loss None, diverged_at its step: a result of those settings, not run again).
@@ -323,6 +332,7 @@ def main():
             subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
                             "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     dqt, built_from = frozen_binary(args.dqt)
+    keep_untied_head(dqt)
     stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
     for stage in stages:
         records = load_records()

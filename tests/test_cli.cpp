@@ -255,10 +255,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --optim-state 4"), "--optim-state 4 is not supported");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --fused-update --grad-accum 2"),
                           "--fused-update needs --grad-accum 1");
-    expect_one_line_error(run_dqt(tiny_train_args(out) + " --fused-update --tie-embeddings"),
-                          "--fused-update cannot be combined with --tie-embeddings");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head"),
+                          "the head is tied to the embedding (the default)");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head --tie-embeddings"),
-                          "with --tie-embeddings the head is the embedding");
+                          "the head is tied to the embedding");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 3"), "--compress-gradients: 3 not in {8,4}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-weights 16"), "--compress-weights: 16 not in {8,4}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 4 --fused-update"),
@@ -398,8 +398,8 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
                           "failed: Is a directory");
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --ternary-type tq3_0"),
                           "unknown --ternary-type 'tq3_0'");
-    ASSERT_EQ(run_dqt(tiny_train_args(untied) + " --method dqt --steps 3 --no-sample").exit_code, 0);
-    expect_one_line_error(run_dqt("export " + untied + "/checkpoint.dqt"), "--tie-embeddings");
+    ASSERT_EQ(run_dqt(tiny_train_args(untied) + " --method dqt --untie-embeddings --steps 3 --no-sample").exit_code, 0);
+    expect_one_line_error(run_dqt("export " + untied + "/checkpoint.dqt"), "trained with --untie-embeddings");
     EXPECT_FALSE(std::filesystem::exists(untied + "/model.gguf"));
     write_bytes(root / "fake.gguf", "GGUF\x03\x00\x00\x00");
     expect_one_line_error(run_dqt("eval " + (root / "fake.gguf")), "truncated");

@@ -543,7 +543,7 @@ TEST(GgufModel, UnexportableModelsAndForeignFilesAreRefused) {
         export_gguf(untied_subln, *make_byte_tokenizer(), GgufExportOptions{}, path);
         ADD_FAILURE() << "exported a SubLN model with an untied head";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("--tie-embeddings"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("trained with --untie-embeddings"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(std::filesystem::exists(path));
     small_file().write(path);  // a GGUF without dqt's keys

@@ -37,6 +37,7 @@ ModelConfig small_config(bool subln, int kv_heads) {
     c.vocab_size = 23;
     c.seq_len = 12;
     c.subln = subln;
+    c.tie_embeddings = false;  // a head of its own, quantized or not as the method says
     c.init_std = 0.2f;
     return c;
 }

@@ -318,6 +318,34 @@ TEST(LlamaCppInterop, TrainedTernaryModelRunsTheSameInLlamaCpp) {
     }
 }
 
+// README's default model deploys: the default shape (ModelConfig's defaults: FFN 768, the head
+// tied to the embedding) trained as ternary dqt exports with every block linear in TQ2_0 (none
+// left in F32 for a width that is not a multiple of 256) and runs in llama.cpp's bitnet graph as
+// in dqt. The context is cut to 64 tokens to keep the test short (a training choice, not a shape).
+TEST(LlamaCppInterop, TheDefaultShapeExportsEveryBlockLinearAsTq2AndRunsTheSame) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop-default");
+    TrainOptions options = dqt::testing::tiny_train_options(dir / "run");
+    options.model = ModelConfig{};
+    options.model.seq_len = 64;
+    options.method.kind = Method::dqt;
+    options.steps = 20;
+    options.eval_every = 0;
+    run_training(options, RunControl{false, 0, false, true});
+    const LoadedModel trained = load_model_checkpoint(checkpoint_path_in(options.out_dir));
+    expect_same_in_llamacpp(trained, GgufExportOptions{}, 37, dir.path.string());
+    const GgufReader file(dir / "model.gguf");
+    int block_linears = 0;
+    for (const ParamTensor& t : trained.model->layout.tensors) {
+        if (t.role != TensorRole::block_linear) continue;
+        const GgufReader::TensorInfo* info = file.find_tensor(t.name + ".weight");
+        ASSERT_NE(info, nullptr) << t.name;
+        EXPECT_EQ(info->type, GgmlType::tq2_0) << t.name;
+        ++block_linears;
+    }
+    EXPECT_EQ(block_linears, 7 * ModelConfig{}.n_layers);
+}
+
 // An 8-bit dqt model goes out as Q8_0 codes with a .scale tensor, an fp one as F32.
 TEST(LlamaCppInterop, EightBitAndFpModelsRunTheSameInLlamaCpp) {
     ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";

@@ -1,6 +1,6 @@
 // dqt's training step against an independent implementation: scripts/torch_reference.py
 // computes a tiny LLaMA's logits, loss and every gradient in PyTorch (float64), for fp and for
-// bitnet, from the weights and batch it stores beside them in tests/golden/. Here dqt runs the
+// bitnet, each with its own head and with the head tied to the embedding table, from the weights and batch it stores beside them in tests/golden/. Here dqt runs the
 // same step in fp32 from the same weights and batch and must agree.
 //
 // Tolerances: dqt computes in fp32 (unit roundoff 6e-8) with sums over at most a few hundred
@@ -42,9 +42,12 @@ double relative_error(const float* actual, const std::vector<float>& expected) {
     return largest > 0.0 ? worst / largest : worst;
 }
 
-void check_step_against_reference(const std::string& method_name) {
+// tied: the head reads the embedding table, whose gradient then sums the head's and the lookup's.
+void check_step_against_reference(const std::string& method_name, bool tied) {
     const SafetensorsReader reference(kReference);
-    const ModelConfig config = nlohmann::json::parse(reference.metadata().at("config")).get<ModelConfig>();
+    ModelConfig config = nlohmann::json::parse(reference.metadata().at("config")).get<ModelConfig>();
+    config.tie_embeddings = tied;
+    const std::string results = method_name + (tied ? ".tied" : "");
     const int batch = std::stoi(reference.metadata().at("batch"));
     MethodConfig method;
     method.kind = parse_method(method_name);
@@ -62,14 +65,14 @@ void check_step_against_reference(const std::string& method_name) {
     const int N = batch * config.seq_len;
 
     const double loss = model_forward(model, acts, true) / N;  // model_forward sums over tokens
-    const double expected_loss = reference.read_f32(method_name + ".loss")[0];
+    const double expected_loss = reference.read_f32(results + ".loss")[0];
     EXPECT_NEAR(loss, expected_loss, kLossTolerance * expected_loss);
-    EXPECT_LE(relative_error(acts.logits.data(), reference.read_f32(method_name + ".logits")), kTensorTolerance);
+    EXPECT_LE(relative_error(acts.logits.data(), reference.read_f32(results + ".logits")), kTensorTolerance);
 
     GradientBuffer gradients(model.layout);
     model_backward(model, acts, 1.0f / static_cast<float>(N), gradients);
     for (const ParamTensor& tensor : model.layout.tensors) {
-        const std::vector<float> expected = reference.read_f32(method_name + ".grad." + tensor.name);
+        const std::vector<float> expected = reference.read_f32(results + ".grad." + tensor.name);
         ASSERT_EQ(expected.size(), tensor.count()) << tensor.name;
         EXPECT_LE(relative_error(gradients.of(tensor), expected), kTensorTolerance) << "gradient of " << tensor.name;
     }
@@ -77,6 +80,10 @@ void check_step_against_reference(const std::string& method_name) {
 
 }  // namespace
 
-TEST(TorchReference, FpStepMatchesPyTorch) { check_step_against_reference("fp"); }
+TEST(TorchReference, FpStepMatchesPyTorch) { check_step_against_reference("fp", false); }
 
-TEST(TorchReference, BitnetStepMatchesPyTorch) { check_step_against_reference("bitnet"); }
+TEST(TorchReference, BitnetStepMatchesPyTorch) { check_step_against_reference("bitnet", false); }
+
+TEST(TorchReference, TiedFpStepMatchesPyTorch) { check_step_against_reference("fp", true); }
+
+TEST(TorchReference, TiedBitnetStepMatchesPyTorch) { check_step_against_reference("bitnet", true); }

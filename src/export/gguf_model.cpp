@@ -29,7 +29,8 @@ std::string architecture_of(const ModelConfig& c) {
     if (!c.subln) return "llama";
     require(c.tie_embeddings,
             "llama.cpp's graph with SubLN norms (bitnet) reads its output head from token_embd, but this model has a "
-            "separate lm_head: train it with --tie-embeddings (or with --no-subln for the llama graph)");
+            "separate lm_head (trained with --untie-embeddings): train without it (tied is the default), or with "
+            "--no-subln for the llama graph, or export it with --format safetensors");
     return "bitnet";
 }
 

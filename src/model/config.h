@@ -19,12 +19,14 @@ struct ModelConfig {
     int n_layers = 4;
     int n_heads = 4;
     int n_kv_heads = 4;     // < n_heads for grouped-query attention
-    int ffn_dim = 688;      // FFN inner size F
+    int ffn_dim = 768;      // FFN inner size F: LLaMA's 8/3 C rounded up to a multiple of 256, the
+                            // row length of llama.cpp's ternary blocks (so down_proj exports as TQ2_0)
     GatedActivation ffn_activation = GatedActivation::silu;  // SwiGLU, or ReLU^2-GLU (BitNet b1.58 2B4T)
     int vocab_size = 256;   // byte-level by default
     int seq_len = 256;      // context length T used in training, at most kMaxSeqLen
     bool subln = true;      // extra RMSNorm before o_proj and down_proj (DQT / BitNet code)
-    bool tie_embeddings = false;  // the lm_head reads token_embd (llama.cpp's bitnet graph needs this)
+    bool tie_embeddings = true;   // the lm_head reads token_embd: llama.cpp's bitnet graph (a SubLN
+                                  // model's) has no separate head, so an untied SubLN model cannot go there
     float rope_theta = 10000.0f;
     float norm_eps = 1e-5f;
     float init_std = 0.02f;

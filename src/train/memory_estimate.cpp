@@ -1,6 +1,7 @@
 #include "train/memory_estimate.h"
 
 #include "model/parameters.h"
+#include "optim/fused_update.h"
 
 namespace dqt {
 
@@ -30,11 +31,13 @@ double training_memory_lower_bound(const TrainOptions& options) {
     const double parameters = static_cast<double>(options.model.parameter_count());
     const double weight_bytes = stored_weight_bytes(options.model, options.method);
     const double gradient_bytes = options.fused_update ? 0.0 : 4.0;
+    const double fused_tied_table =
+        options.fused_update ? static_cast<double>(FusedUpdater::tied_gradient_bytes(options.model)) : 0.0;
     const double moment_bytes = options.optim_state == StateDtype::fp32 ? 4.0
                                 : options.optim_state == StateDtype::bf16 ? 2.0
                                                                            : 1.0;
     const double logits = static_cast<double>(options.batch) * options.model.seq_len * options.model.vocab_size * 4.0;
-    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + logits;
+    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + logits;
 }
 
 }  // namespace dqt

@@ -34,12 +34,9 @@ void TrainOptions::validate() const {
     require(!fused_update || grad_accum == 1,
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
-    require(!fused_update || !model.tie_embeddings,
-            "--fused-update cannot be combined with --tie-embeddings: the shared table's gradient has two parts "
-            "(head and lookup) and must be whole before its update");
     require(!model.tie_embeddings || method.quantize_head == method.quantize_embedding,
-            "with --tie-embeddings the head is the embedding: pass both --quantize-embedding and --quantize-head "
-            "or neither");
+            "the head is tied to the embedding (the default): pass both --quantize-embedding and --quantize-head, "
+            "or neither, or --untie-embeddings");
     for (const auto& [flag, bits] : {std::pair{"--compress-gradients", compression.gradient_bits},
                                      std::pair{"--compress-weights", compression.weight_bits}}) {
         require(bits == 0 || bits == 8 || bits == 4,
