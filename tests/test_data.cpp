@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "data/batch.h"
 #include "data/corpus.h"
@@ -372,10 +374,33 @@ TEST(TokenizerBpeTraining, RejectsImpossibleVocabularies) {
     const std::vector<std::string> texts = generated_texts(2, 20, 5);
     expect_error([&] { train_bpe_tokenizer(texts, 100, 1); }, {"vocabulary size 100"});
     expect_error([&] { train_bpe_tokenizer(texts, 50000, 1); }, {"vocabulary 50000"});
-    expect_error([&] { train_bpe_tokenizer({}, 300, 1); }, {"empty corpus"});
+    expect_error([&] { train_bpe_tokenizer(std::vector<std::string>{}, 300, 1); }, {"empty corpus"});
 }
 
 // ---------------------------------------------------------------- shards
+
+// A shard written in pieces is the same file as one written whole; one never committed leaves
+// nothing behind.
+TEST(Shard, PiecesWriteTheSameFileAsAWhole) {
+    TempDir dir;
+    const std::vector<int32_t> tokens = iota_tokens(70001, 70000);
+    write_shard(dir.file("whole.bin"), tokens, 70000, 99);
+    {
+        ShardWriter pieces(dir.file("pieces.bin"), 70000);
+        for (size_t at = 0; at < tokens.size(); at += 9999) {
+            pieces.append(std::span(tokens).subspan(at, std::min<size_t>(9999, tokens.size() - at)));
+        }
+        EXPECT_EQ(pieces.token_count(), tokens.size());
+        pieces.commit(99);
+    }
+    EXPECT_EQ(read_bytes(dir.file("pieces.bin")), read_bytes(dir.file("whole.bin")));
+    {
+        ShardWriter abandoned(dir.file("abandoned.bin"), 256);
+        abandoned.append(iota_tokens(10, 256));
+    }
+    EXPECT_FALSE(fs::exists(dir.file("abandoned.bin")));
+    EXPECT_FALSE(has_temp_files(dir.path));
+}
 
 TEST(Shard, RoundTripsTwoAndFourByteTokens) {
     TempDir dir;
@@ -648,6 +673,48 @@ TEST(DataDataset, SplitsAsAskedAndReadsTheNamedKey) {
     options.text_key = "text";
     expect_error([&] { prepare_dataset(dir.file("records.jsonl"), dir.file("no-key"), "byte", 0, nullptr, options); },
                  {"line 1 has no string 'text'", "--text-key"});
+}
+
+// The corpus is read and tokenized a batch of documents at a time (DocumentStream, 256
+// documents a batch): a corpus of many batches gives the dataset the whole corpus would, and a
+// bad document late in it leaves no dataset folder behind.
+TEST(DataDataset, StreamsACorpusOfManyBatches) {
+    TempDir dir;
+    const std::vector<std::string> texts = generated_texts(700, 2, 21);
+    std::string lines;
+    for (const std::string& text : texts) lines += nlohmann::json{{"text", text}}.dump() + "\n";
+    write_text(dir.file("many.jsonl"), lines);
+    std::vector<Document> streamed;
+    DocumentStream stream(dir.file("many.jsonl"));
+    for (Document d; stream.next(d);) streamed.push_back(d);
+    ASSERT_EQ(streamed.size(), texts.size());
+    EXPECT_EQ(count_documents(dir.file("many.jsonl")), texts.size());
+    EXPECT_EQ(streamed[699].text, texts[699]);
+
+    const DatasetInfo info = prepare_dataset(dir.file("many.jsonl"), dir.file("out"), "bpe", 300);
+    EXPECT_EQ(info.train.documents, 630);
+    EXPECT_EQ(info.val.documents, 70);
+    const Dataset dataset = open_dataset(dir.file("out"));
+    std::string train_text, val_text;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        std::string& joined = i % 10 == 9 ? val_text : train_text;
+        joined += (joined.empty() ? "" : "\n\n") + texts[i];
+    }
+    std::vector<int32_t> tokens(dataset.train.token_count());
+    dataset.train.read(0, tokens.size(), tokens.data());
+    EXPECT_EQ(dataset.tokenizer->decode(tokens), train_text);
+    EXPECT_EQ(info.train.bytes, static_cast<int64_t>(train_text.size()));
+    // The same texts whole, through the in-memory BPE trainer and encoder: the same tokens.
+    std::vector<std::string> train_texts;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        if (i % 10 != 9) train_texts.push_back(texts[i]);
+    }
+    EXPECT_TRUE(same_tokenizer(*train_bpe_tokenizer(train_texts, 300, 2), *dataset.tokenizer));
+
+    write_text(dir.file("late-error.jsonl"), lines + "{\"text\": 3}\n");
+    expect_error([&] { prepare_dataset(dir.file("late-error.jsonl"), dir.file("never"), "byte", 0); },
+                 {"line 701 has no string 'text'"});
+    EXPECT_FALSE(fs::exists(dir.file("never")));
 }
 
 TEST(DataDataset, ErrorsNameTheMissingPiece) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,29 +24,20 @@ Document read_document(const std::string& path) {
     return document;
 }
 
-// One document per non-blank line of a JSON Lines file: the line's text_key.
-std::vector<Document> read_jsonl(const std::string& path, const std::string& text_key) {
-    const std::string content = read_file(path, "corpus file");
-    std::vector<Document> documents;
-    size_t start = 0;
-    for (size_t line = 1; start < content.size(); ++line) {
-        size_t end = content.find('\n', start);
-        if (end == std::string::npos) end = content.size();
-        const std::string_view text(content.data() + start, end - start);
-        start = end + 1;
-        if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-        const std::string where = "corpus file " + path + " line " + std::to_string(line);
-        const nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
-        require(!object.is_discarded() && object.is_object(),
-                where + " is not a JSON object: a .jsonl corpus holds one {\"" + text_key + "\": \"...\"} object a line");
-        require(object.contains(text_key) && object.at(text_key).is_string(),
-                where + " has no string " + quote_untrusted(text_key, 40) + " (choose the key with --text-key)");
-        Document document{path + ":" + std::to_string(line), object.at(text_key).get<std::string>()};
-        const size_t bad = find_invalid_utf8(document.text);
-        require(bad == std::string::npos, where + ": invalid UTF-8 in " + quote_untrusted(text_key, 40) + " at byte offset " + std::to_string(bad));
-        documents.push_back(std::move(document));
-    }
-    return documents;
+// Line `line` of a JSON Lines file as a document: the object's text_key; false for a blank line.
+bool jsonl_document(const std::string& path, size_t line, std::string_view text, const std::string& text_key,
+                    Document& out) {
+    if (text.find_first_not_of(" \t\r") == std::string_view::npos) return false;
+    const std::string where = "corpus file " + path + " line " + std::to_string(line);
+    const nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
+    require(!object.is_discarded() && object.is_object(),
+            where + " is not a JSON object: a .jsonl corpus holds one {\"" + text_key + "\": \"...\"} object a line");
+    require(object.contains(text_key) && object.at(text_key).is_string(),
+            where + " has no string " + quote_untrusted(text_key, 40) + " (choose the key with --text-key)");
+    out = Document{path + ":" + std::to_string(line), object.at(text_key).get<std::string>()};
+    const size_t bad = find_invalid_utf8(out.text);
+    require(bad == std::string::npos, where + ": invalid UTF-8 in " + quote_untrusted(text_key, 40) + " at byte offset " + std::to_string(bad));
+    return true;
 }
 
 bool is_jsonl(const fs::path& path) { return path.extension() == ".jsonl"; }
@@ -109,41 +101,80 @@ size_t find_invalid_utf8(std::string_view text) {
     return std::string::npos;
 }
 
-std::vector<Document> read_corpus(const std::string& path, const std::string& text_key, bool cut_small_corpus) {
+namespace {
+
+// The corpus's files in reading order: a folder's *.txt and *.jsonl files (recursively, sorted
+// by path), or the one file.
+std::vector<std::string> corpus_files(const std::string& path) {
     std::error_code ec;
     require(fs::exists(path, ec),
             "corpus " + path + " not found: run scripts/fetch_corpus.sh or pass an existing file or folder");
-    std::vector<Document> documents;
-    if (fs::is_directory(path, ec)) {
-        std::vector<std::string> files;
-        try {
-            for (const fs::directory_entry& entry : fs::recursive_directory_iterator(path)) {
-                const bool text_file =
-                    entry.is_regular_file() && (entry.path().extension() == ".txt" || is_jsonl(entry.path()));
-                if (text_file) files.push_back(entry.path().string());
-            }
-        } catch (const fs::filesystem_error& e) {
-            throw Error("corpus folder " + path + ": cannot list its files (" + e.code().message() +
-                        "): check permissions");
-        }
-        require(!files.empty(), "corpus folder " + path +
-                                    " holds no .txt or .jsonl files: put UTF-8 text files (*.txt) or JSON Lines in it");
-        std::sort(files.begin(), files.end());
-        for (const std::string& file : files) {
-            if (is_jsonl(file)) {
-                for (Document& document : read_jsonl(file, text_key)) documents.push_back(std::move(document));
-            } else {
-                documents.push_back(read_document(file));
-            }
-        }
-    } else if (is_jsonl(path)) {
-        documents = read_jsonl(path, text_key);
-    } else {
-        require(fs::path(path).extension() != ".json",
+    if (!fs::is_directory(path, ec)) {
+        require(is_jsonl(path) || fs::path(path).extension() != ".json",
                 "corpus file " + path + " is JSON: give JSON Lines (*.jsonl, one {\"text\": \"...\"} object a line) or "
                 "plain UTF-8 text");
-        documents.push_back(read_document(path));
+        return {path};
     }
+    std::vector<std::string> files;
+    try {
+        for (const fs::directory_entry& entry : fs::recursive_directory_iterator(path)) {
+            const bool text_file = entry.is_regular_file() && (entry.path().extension() == ".txt" || is_jsonl(entry.path()));
+            if (text_file) files.push_back(entry.path().string());
+        }
+    } catch (const fs::filesystem_error& e) {
+        throw Error("corpus folder " + path + ": cannot list its files (" + e.code().message() + "): check permissions");
+    }
+    require(!files.empty(),
+            "corpus folder " + path + " holds no .txt or .jsonl files: put UTF-8 text files (*.txt) or JSON Lines in it");
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+}  // namespace
+
+DocumentStream::DocumentStream(const std::string& path, const std::string& text_key)
+    : files_(corpus_files(path)), text_key_(text_key) {}
+
+bool DocumentStream::next(Document& out) {
+    for (;;) {
+        if (jsonl_.is_open()) {
+            std::string line;
+            while (std::getline(jsonl_, line)) {
+                if (jsonl_document(files_[file_ - 1], ++line_, line, text_key_, out)) return true;
+            }
+            require(jsonl_.eof(), "cannot read corpus file " + files_[file_ - 1]);
+            jsonl_.close();
+        }
+        if (file_ == files_.size()) return false;
+        const std::string& file = files_[file_++];
+        if (!is_jsonl(file)) {
+            out = read_document(file);
+            return true;
+        }
+        jsonl_.open(file, std::ios::binary);
+        require(jsonl_.is_open(), "cannot open corpus file " + file);
+        line_ = 0;
+    }
+}
+
+size_t count_documents(const std::string& path) {
+    size_t count = 0;
+    for (const std::string& file : corpus_files(path)) {
+        if (!is_jsonl(file)) {
+            ++count;
+            continue;
+        }
+        std::ifstream in(file, std::ios::binary);
+        require(in.is_open(), "cannot open corpus file " + file);
+        for (std::string line; std::getline(in, line);) count += line.find_first_not_of(" \t\r") != std::string::npos;
+    }
+    return count;
+}
+
+std::vector<Document> read_corpus(const std::string& path, const std::string& text_key, bool cut_small_corpus) {
+    std::vector<Document> documents;
+    DocumentStream stream(path, text_key);
+    for (Document document; stream.next(document);) documents.push_back(std::move(document));
     if (cut_small_corpus && documents.size() < static_cast<size_t>(kCorpusFileParts)) {
         std::vector<Document> parts;
         for (const Document& document : documents) {
@@ -169,12 +200,15 @@ uint64_t val_millionths(double val_fraction) {
 
 }  // namespace
 
-CorpusSplit split_corpus(std::vector<Document> documents, double val_fraction) {
+bool is_validation_document(uint64_t i, double val_fraction) {
     const uint64_t f = val_millionths(val_fraction);
+    return (i + 1) * f / 1'000'000 > i * f / 1'000'000;
+}
+
+CorpusSplit split_corpus(std::vector<Document> documents, double val_fraction) {
     CorpusSplit split;
     for (uint64_t i = 0; i < documents.size(); ++i) {
-        const bool val = (i + 1) * f / 1'000'000 > i * f / 1'000'000;
-        (val ? split.val : split.train).push_back(std::move(documents[i]));
+        (is_validation_document(i, val_fraction) ? split.val : split.train).push_back(std::move(documents[i]));
     }
     return split;
 }

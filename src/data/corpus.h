@@ -2,6 +2,7 @@
 // A text corpus: UTF-8 documents read from one file or a folder tree, split into
 // training and validation documents by a fixed, documented rule.
 #include <cstddef>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,27 @@ std::vector<Document> read_corpus(const std::string& path, const std::string& te
                                   bool cut_small_corpus = true);
 inline constexpr int kCorpusFileParts = 10;
 
+// The documents of a corpus one at a time, in read_corpus's order and with its errors, but
+// uncut: a corpus larger than memory is read holding one document (one file, or one line of a
+// JSON Lines file) at a time.
+class DocumentStream {
+public:
+    explicit DocumentStream(const std::string& path, const std::string& text_key = "text");
+    // The next document into out; false at the end.
+    bool next(Document& out);
+
+private:
+    std::vector<std::string> files_;
+    size_t file_ = 0;  // files opened so far
+    std::string text_key_;
+    std::ifstream jsonl_;  // the JSON Lines file being read, line by line
+    size_t line_ = 0;
+};
+
+// How many documents a DocumentStream gives: one per .txt file, one per non-blank line of a
+// JSON Lines file (counted, not parsed).
+size_t count_documents(const std::string& path);
+
 inline constexpr double kDefaultValFraction = 0.1;
 
 struct CorpusSplit {
@@ -42,6 +64,8 @@ struct CorpusSplit {
 // validation fraction (in (0, 0.5], counted in millionths), else to training: a split spread
 // evenly over the whole corpus (for SOTU: over all eras). f = 0.1 (the default): i % 10 == 9.
 CorpusSplit split_corpus(std::vector<Document> documents, double val_fraction = kDefaultValFraction);
+// That rule for document i alone.
+bool is_validation_document(uint64_t i, double val_fraction);
 // "document i (sorted by path) goes to val when ...": the rule above for f, as meta.json says it.
 std::string split_rule(double val_fraction);
 

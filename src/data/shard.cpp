@@ -47,16 +47,24 @@ int bytes_per_token_for(int vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 }  // namespace
 
-void write_shard(const std::string& path, std::span<const int32_t> tokens, int vocab_size, uint64_t source_bytes) {
+ShardWriter::ShardWriter(const std::string& path, int vocab_size)
+    : path_(path), vocab_size_(vocab_size), bytes_per_token_(bytes_per_token_for(vocab_size)) {
     require(vocab_size > 0, "shard " + path + ": vocabulary size must be positive");
-    const int bytes_per_token = bytes_per_token_for(vocab_size);
-    std::vector<char> payload(tokens.size() * bytes_per_token);  // (token_count) of uint16 or uint32
+    file_ = std::make_unique<AtomicFileWriter>(path);
+    const ShardHeader placeholder{};  // written for real by commit()
+    file_->write(&placeholder, sizeof placeholder);
+}
+
+ShardWriter::~ShardWriter() = default;
+
+void ShardWriter::append(std::span<const int32_t> tokens) {
+    std::vector<char> payload(tokens.size() * bytes_per_token_);  // (tokens) of uint16 or uint32
     for (size_t i = 0; i < tokens.size(); ++i) {
-        if (tokens[i] < 0 || tokens[i] >= vocab_size) {  // not require(): no message built per token
-            throw Error("shard " + path + ": token " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
-                        std::to_string(vocab_size));
+        if (tokens[i] < 0 || tokens[i] >= vocab_size_) {  // not require(): no message built per token
+            throw Error("shard " + path_ + ": token " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
+                        std::to_string(vocab_size_));
         }
-        if (bytes_per_token == 2) {
+        if (bytes_per_token_ == 2) {
             const auto value = static_cast<uint16_t>(tokens[i]);
             std::memcpy(payload.data() + 2 * i, &value, 2);
         } else {
@@ -64,19 +72,29 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int v
             std::memcpy(payload.data() + 4 * i, &value, 4);
         }
     }
+    payload_crc_ = crc32_update(payload_crc_, payload.data(), payload.size());
+    file_->write(payload.data(), payload.size());
+    token_count_ += tokens.size();
+}
+
+void ShardWriter::commit(uint64_t source_bytes) {
     ShardHeader header{};
     std::memcpy(header.magic, kShardMagic, 8);
     header.version = kShardVersion;
-    header.bytes_per_token = static_cast<uint32_t>(bytes_per_token);
-    header.vocab_size = static_cast<uint32_t>(vocab_size);
-    header.token_count = tokens.size();
+    header.bytes_per_token = static_cast<uint32_t>(bytes_per_token_);
+    header.vocab_size = static_cast<uint32_t>(vocab_size_);
+    header.token_count = token_count_;
     header.source_bytes = source_bytes;
-    header.payload_crc = crc32_update(0, payload.data(), payload.size());
+    header.payload_crc = payload_crc_;
     header.header_crc = header_crc_of(header);
-    AtomicFileWriter file(path);
-    file.write(&header, sizeof header);
-    file.write(payload.data(), payload.size());
-    file.commit();
+    file_->rewrite(0, &header, sizeof header);
+    file_->commit();
+}
+
+void write_shard(const std::string& path, std::span<const int32_t> tokens, int vocab_size, uint64_t source_bytes) {
+    ShardWriter writer(path, vocab_size);
+    writer.append(tokens);
+    writer.commit(source_bytes);
 }
 
 Shard::Shard(const std::string& path) : path_(path) {

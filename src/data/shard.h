@@ -9,13 +9,40 @@
 //  40  u32 CRC-32 of the token payload   44..59 zero         60 u32 CRC-32 of header bytes [0, 60)
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 namespace dqt {
 
-// Writes a shard atomically (io/atomic_file.h: temporary file, fsync, rename); on failure
-// (including a token outside [0, vocab_size)) nothing is left at path.
+class AtomicFileWriter;
+
+// Writes a shard a piece at a time (a corpus larger than memory is tokenized one batch of
+// documents at a time), atomically (io/atomic_file.h): nothing appears at path before
+// commit(), and a writer destroyed without it, or any failure (including a token outside
+// [0, vocab_size)), leaves nothing there.
+class ShardWriter {
+public:
+    ShardWriter(const std::string& path, int vocab_size);
+    ~ShardWriter();
+    ShardWriter(const ShardWriter&) = delete;
+    ShardWriter& operator=(const ShardWriter&) = delete;
+
+    void append(std::span<const int32_t> tokens);
+    // source_bytes: UTF-8 bytes of the text the tokens encode. Writes the header and renames.
+    void commit(uint64_t source_bytes);
+    uint64_t token_count() const { return token_count_; }
+
+private:
+    std::string path_;
+    std::unique_ptr<AtomicFileWriter> file_;
+    int vocab_size_;
+    int bytes_per_token_;
+    uint64_t token_count_ = 0;
+    uint32_t payload_crc_ = 0;
+};
+
+// A whole shard in one call (ShardWriter).
 void write_shard(const std::string& path, std::span<const int32_t> tokens, int vocab_size, uint64_t source_bytes);
 
 // A read-only, validated, memory-mapped shard. Opening checks magic, version, sizes and both

@@ -166,45 +166,54 @@ private:
 };
 
 // sentencepiece's trainer drops sentences longer than max_sentence_length (4192 bytes), and
-// a SOTU speech is one line: cut texts into lines (keeping the newline, so the model learns
-// it) and cut long lines before a space, where a BPE piece cannot span anyway.
+// a SOTU speech is one line: texts are cut into lines (keeping the newline, so the model learns
+// it) and long lines before a space, where a BPE piece cannot span anyway.
 constexpr size_t kMaxTrainingChunk = 4000;
 
-std::vector<std::string> training_chunks(const std::vector<std::string>& texts) {
-    std::vector<std::string> chunks;
-    for (std::string_view text : texts) {
-        while (!text.empty()) {
-            size_t line_end = text.find('\n');
-            line_end = line_end == std::string_view::npos ? text.size() : line_end + 1;
-            std::string_view line = text.substr(0, line_end);
-            text.remove_prefix(line_end);
-            while (line.size() > kMaxTrainingChunk) {
-                size_t cut = line.rfind(' ', kMaxTrainingChunk);
-                if (cut == std::string_view::npos || cut == 0) {
-                    cut = kMaxTrainingChunk;
-                    // Not inside a character: back up over UTF-8 continuation bytes.
-                    while (cut > 0 && (static_cast<uint8_t>(line[cut]) & 0xC0) == 0x80) --cut;
-                }
-                chunks.emplace_back(line.substr(0, cut));
-                line.remove_prefix(cut);
-            }
-            if (!line.empty()) chunks.emplace_back(line);
-        }
-    }
-    return chunks;
-}
-
+// The training chunks of the texts a source gives, one at a time (a corpus larger than memory
+// is not copied whole before sentencepiece reads it).
 class ChunkIterator final : public sentencepiece::SentenceIterator {
 public:
-    explicit ChunkIterator(const std::vector<std::string>& chunks) : chunks_(chunks) {}
-    bool done() const override { return index_ >= chunks_.size(); }
-    void Next() override { ++index_; }
-    const std::string& value() const override { return chunks_[index_]; }
+    explicit ChunkIterator(const TextSource& texts) : texts_(texts) { advance(); }
+    bool done() const override { return done_; }
+    void Next() override { advance(); }
+    const std::string& value() const override { return chunk_; }
     sentencepiece::util::Status status() const override { return {}; }
 
 private:
-    const std::vector<std::string>& chunks_;
-    size_t index_ = 0;
+    void advance() {
+        while (rest_.empty() && line_.empty()) {
+            if (!texts_(text_)) {
+                done_ = true;
+                return;
+            }
+            rest_ = text_;
+        }
+        if (line_.empty()) {
+            size_t line_end = rest_.find('\n');
+            line_end = line_end == std::string_view::npos ? rest_.size() : line_end + 1;
+            line_ = rest_.substr(0, line_end);
+            rest_.remove_prefix(line_end);
+        }
+        size_t cut = line_.size();
+        if (line_.size() > kMaxTrainingChunk) {
+            cut = line_.rfind(' ', kMaxTrainingChunk);
+            if (cut == std::string_view::npos || cut == 0) {
+                cut = kMaxTrainingChunk;
+                // Not inside a character: back up over UTF-8 continuation bytes.
+                while (cut > 0 && (static_cast<uint8_t>(line_[cut]) & 0xC0) == 0x80) --cut;
+            }
+        }
+        chunk_.assign(line_.substr(0, cut));
+        line_.remove_prefix(cut);
+    }
+
+    const TextSource& texts_;
+    std::string text_;        // the text being cut
+    std::string_view rest_;   // its lines not yet taken
+    std::string_view line_;   // the rest of the line being cut
+    std::string chunk_;
+    bool done_ = false;
 };
 
 // tokenizer.bin: layout in tokenizer.h.
@@ -228,11 +237,22 @@ T from_bytes(std::string_view bytes) {
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& texts, int vocab_size, int threads) {
+    size_t next = 0;
+    return train_bpe_tokenizer(
+        [&](std::string& text) {
+            if (next == texts.size()) return false;
+            text = texts[next++];
+            return true;
+        },
+        vocab_size, threads);
+}
+
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(const TextSource& texts, int vocab_size, int threads) {
     require(vocab_size > 257 && vocab_size <= (1 << 20),
             "BPE vocabulary size " + std::to_string(vocab_size) +
                 " is out of range: choose one in [258, 1048576] (e.g. 4096)");
-    const std::vector<std::string> chunks = training_chunks(texts);
-    require(!chunks.empty(), "cannot train a BPE tokenizer on an empty corpus: add some text");
+    ChunkIterator iterator(texts);
+    require(!iterator.done(), "cannot train a BPE tokenizer on an empty corpus: add some text");
     const std::unordered_map<std::string, std::string> options = {
         {"model_type", "bpe"},
         {"vocab_size", std::to_string(vocab_size)},
@@ -250,7 +270,6 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& t
         {"num_threads", std::to_string(std::max(1, threads))},
         {"minloglevel", "2"},  // silence sentencepiece's progress log
     };
-    ChunkIterator iterator(chunks);
     std::string proto;
     const auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &proto);
     if (!status.ok()) {

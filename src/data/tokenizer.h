@@ -2,6 +2,7 @@
 // Tokenizers: text <-> token ids. Both kinds round-trip any byte string exactly:
 // decode(encode(text)) == text, for valid UTF-8 and for arbitrary bytes alike.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,10 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // character the model lacks and no normalisation is applied, so any text round-trips.
 // Throws dqt::Error when vocab_size does not fit the texts (too small or too large).
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(const std::vector<std::string>& texts, int vocab_size, int threads);
+// The same from texts pulled one at a time: `texts` puts the next one in its argument and
+// returns false at the end (a corpus larger than memory is not held whole).
+using TextSource = std::function<bool(std::string& text)>;
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(const TextSource& texts, int vocab_size, int threads);
 
 // The same kind and the same serialized bytes: the two map text to the same ids.
 bool same_tokenizer(const Tokenizer& a, const Tokenizer& b);

@@ -100,6 +100,20 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
     }
 }
 
+void AtomicFileWriter::rewrite(uint64_t offset, const void* data, size_t bytes) {
+    require(fd_ >= 0, "cannot write " + path_ + ": file already committed");
+    require(!direct_, "cannot rewrite part of " + path_ + ": it is written around the page cache");
+    const auto* cursor = static_cast<const char*>(data);
+    while (bytes > 0) {
+        const ssize_t done = ::pwrite(fd_, cursor, bytes, static_cast<off_t>(offset));
+        if (done < 0 && errno == EINTR) continue;
+        if (done <= 0) throw Error("cannot write " + path_ + ": " + (done < 0 ? errno_text() : "no progress"));
+        cursor += done;
+        offset += static_cast<uint64_t>(done);
+        bytes -= static_cast<size_t>(done);
+    }
+}
+
 void AtomicFileWriter::flush_staged(bool tail) {
     const size_t blocks = staged_ / kDirectAlignment * kDirectAlignment;
     if (blocks > 0) {

@@ -3,6 +3,7 @@
 // fsync of the directory) makes them appear under <path>. A reader therefore sees either the
 // old file or the complete new one, never a half-written file.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -30,6 +31,9 @@ public:
 
     // Appends bytes; throws dqt::Error naming path on any failure (disk full, I/O error).
     void write(const void* data, size_t bytes);
+    // Replaces bytes already written at [offset, offset + bytes) (a header whose fields are
+    // known only at the end). Writers that use the page cache only.
+    void rewrite(uint64_t offset, const void* data, size_t bytes);
     // Flushes to disk and renames over path. Call once; no write() after it.
     void commit();
 
