@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the fuzzers' seed files (fuzz/seeds/<reader>/): small valid files of every kind a user
-# hands dqt, made by build/dqt itself, so that mutations start from the real formats. Run it
-# again when a format changes; test FuzzReplay.EverySeedIsAcceptedByItsReader says when.
+# hands dqt, made by build/dqt itself (and one GGUF file from llama.cpp's converter), so that
+# mutations start from the real formats. Run it again when a format changes; test
+# FuzzReplay.EverySeedIsAcceptedByItsReader says when.
 #   bash scripts/make_fuzz_seeds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,8 @@ cp "$work/fp/checkpoint.dqt" "$seeds/checkpoint/fp.dqt"
 "$dqt" export "$work/ternary/checkpoint.dqt" --ternary-type tq1_0 --out "$seeds/gguf/ternary_tq1_0.gguf" > /dev/null
 "$dqt" export "$work/eight_bit/checkpoint.dqt" --out "$seeds/gguf/8bit_bpe_q8_0.gguf" > /dev/null
 "$dqt" export "$work/fp/checkpoint.dqt" --float-type f16 --out "$seeds/gguf/fp_f16.gguf" > /dev/null
+# And one llama.cpp's converter wrote (scripts/llamacpp_gguf_fixtures.py).
+cp tests/golden/llamacpp_gguf/tiny-q8_0.gguf "$seeds/gguf/llamacpp_tiny_q8_0.gguf"
 
 # Hugging Face folders: the ternary model's config.json (the shape of the fuzz targets' fixed
 # weights, fuzz/reader_targets.cpp), the same without its quantization_config (read as fp);

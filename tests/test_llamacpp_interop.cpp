@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -439,5 +440,115 @@ TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
         // And dqt reads its own export back with the same tokenizer.
         const ImportedGguf imported = import_gguf(gguf);
         EXPECT_EQ(imported.tokenizer->serialize(), tokenizer->serialize());
+    }
+}
+
+// ---- GGUF files llama.cpp wrote -------------------------------------------------------------
+
+namespace {
+
+const std::string kConverted = std::string(DQT_SOURCE_DIR) + "/tests/golden/llamacpp_gguf/";
+
+struct ConvertedFile {
+    std::string name;
+    uint32_t file_type;
+    bool ternary;  // every block linear TQ with one scale: read as ternary dqt
+};
+
+// How far dqt (fp32 activations, the dequantized weights) may be from llama.cpp on the same
+// file over random token windows; llama.cpp rounds the activations entering F16 weights to
+// fp16, Q8_0 weights to Q8_0 blocks (enough, on these random models, to flip a few percent of
+// the top-1 tokens), TQ weights to Q8_K blocks.
+TextBounds converted_bounds(uint32_t file_type) {
+    if (file_type == 1) return {1e-5, 0.02};
+    if (file_type == 7) return {2e-4, 0.06};
+    return text_bounds(file_type);
+}
+
+// The fixture's windows: kTextWindows x seq_len random ids (the models are random too: their
+// text would mean nothing), inputs and the next ids as targets.
+void random_windows(int vocab, int T, std::vector<std::vector<int32_t>>& inputs,
+                    std::vector<std::vector<int32_t>>& targets) {
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+    inputs.assign(kTextWindows, {});
+    targets.assign(kTextWindows, {});
+    for (int w = 0; w < kTextWindows; ++w) {
+        std::vector<int32_t> ids(T + 1);
+        for (int32_t& x : ids) x = id(rng);
+        inputs[w].assign(ids.begin(), ids.end() - 1);
+        targets[w].assign(ids.begin() + 1, ids.end());
+    }
+}
+
+}  // namespace
+
+// GGUF files llama.cpp's own converter wrote (scripts/llamacpp_gguf_fixtures.py: random LLaMA
+// models in Hugging Face's layout through convert_hf_to_gguf.py as F32, F16, Q8_0, TQ1_0 and
+// TQ2_0, with a tokenizer sentencepiece trained) run in dqt as in llama.cpp: the same
+// next-token distributions and greedy tokens, the same log-likelihood over random windows
+// (bounds that a 50% wrong ffn_down breaks), and the same tokenization as sentencepiece's own.
+// The ternary files are read as ternary dqt and run on its ternary kernels.
+TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop-converted");
+    const nlohmann::json expected = nlohmann::json::parse(std::ifstream(kConverted + "expected.json"));
+    const auto texts = expected.at("texts").get<std::vector<std::string>>();
+    const auto ids = expected.at("ids").get<std::vector<std::vector<int32_t>>>();
+    for (const ConvertedFile& file : {ConvertedFile{"gauss-f32", 0, false}, ConvertedFile{"gauss-f16", 1, false},
+                                      ConvertedFile{"gauss-q8_0", 7, false}, ConvertedFile{"ternary-tq1_0", 36, true},
+                                      ConvertedFile{"ternary-tq2_0", 37, true}}) {
+        SCOPED_TRACE(file.name);
+        const std::string gguf = kConverted + file.name + ".gguf";
+        ImportedGguf imported = import_gguf(gguf);
+        const ModelConfig& c = imported.model->config;
+        EXPECT_EQ(c.dim, 256);
+        EXPECT_EQ(c.n_layers, 1);
+        EXPECT_EQ(c.n_kv_heads, 2);
+        EXPECT_EQ(c.vocab_size, 384);
+        EXPECT_FALSE(c.subln);
+        EXPECT_EQ(c.tie_embeddings, file.ternary);  // the ternary models were written with a tied head
+        EXPECT_EQ(imported.model->method.kind, file.ternary ? Method::dqt : Method::fp);
+        for (const ParamTensor& t : imported.model->layout.tensors)
+            EXPECT_EQ(t.stores_codes(), file.ternary && t.role == TensorRole::block_linear) << t.name;
+        for (size_t t = 0; t < texts.size(); ++t) {
+            EXPECT_EQ(imported.tokenizer->encode(texts[t]), ids[t]) << "text " << t;
+            EXPECT_EQ(imported.tokenizer->decode(ids[t]), texts[t]) << "text " << t;
+        }
+
+        std::vector<std::vector<int32_t>> inputs, targets;
+        random_windows(c.vocab_size, c.seq_len, inputs, targets);
+        const std::vector<std::vector<int32_t>> prompts = {ids[0], ids[2]};
+        const nlohmann::json response = run_llamacpp(
+            // Room beyond the windows: a full context makes node-llama-cpp shift it before the
+            // last position's logits.
+            {{"model", gguf}, {"threads", 1}, {"context", 2 * c.seq_len}, {"prompts", prompts},
+             {"greedy_tokens", kGreedyTokens}, {"sequences", inputs}, {"texts", texts}},
+            dir.path.string());
+        EXPECT_EQ(response["model"]["file_type"].get<uint32_t>(), file.file_type);
+        EXPECT_EQ(response["tokenized"].get<std::vector<std::vector<int32_t>>>(), ids);
+        for (size_t p = 0; p < prompts.size(); ++p) {
+            const DqtRun ours = run_dqt(*imported.model, prompts[p]);
+            std::vector<float> their_logits;
+            for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
+            const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
+            double worst = 0.0;
+            for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
+            EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
+            EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
+        }
+        const TextBounds bounds = converted_bounds(file.file_type);
+        const TextAgreement same = compare_text(*imported.model, inputs, targets, response["sequences"]);
+        std::printf("[ interop ] %s: %d positions, mean log-likelihood dqt %.6f, llama.cpp %.6f, relative "
+                    "difference %.2e, top-1 differs at %.2f%%\n",
+                    file.name.c_str(), same.positions, same.dqt_log_likelihood, same.llama_log_likelihood,
+                    same.relative_difference(), 100.0 * same.top1_disagreement);
+        EXPECT_EQ(same.positions, kTextWindows * c.seq_len);
+        EXPECT_TRUE(within(same, bounds));
+        ASSERT_TRUE(scale_weight(*imported.model, "blk.0.ffn_down", kWrongScale));
+        const TextAgreement off = compare_text(*imported.model, inputs, targets, response["sequences"]);
+        std::printf("[ interop ] %s, blk.0.ffn_down scaled by %.2f in dqt: relative difference %.2e, top-1 differs "
+                    "at %.2f%%\n", file.name.c_str(), kWrongScale, off.relative_difference(), 100.0 * off.top1_disagreement);
+        EXPECT_FALSE(within(off, bounds)) << "the bounds do not notice a scale 50% off";
     }
 }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/byte_symbols.h"
+#include "export/llamacpp_gguf.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
@@ -37,11 +38,6 @@ std::string architecture_of(const ModelConfig& c) {
 bool rope_permuted(const std::string& arch, const std::string& name) {
     if (arch != "bitnet") return false;
     return name.ends_with(".attn_q") || name.ends_with(".attn_k");
-}
-
-std::vector<int64_t> gguf_shape(const ParamTensor& t) {
-    if (!t.is_matrix()) return {t.cols};
-    return {t.cols, t.rows};
 }
 
 template <typename T>
@@ -223,6 +219,11 @@ GgmlType dominant_type(const std::map<GgmlType, size_t>& weights_by_type) {
 
 }  // namespace
 
+std::vector<int64_t> gguf_shape(const ParamTensor& t) {
+    if (!t.is_matrix()) return {t.cols};
+    return {t.cols, t.rows};
+}
+
 GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& tokenizer,
                               const GgufExportOptions& options, const std::string& path) {
     // bitnet's inference weights are the absmean ternarization of its latents.
@@ -295,8 +296,8 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
 
 ImportedGguf import_gguf(const std::string& path) {
     const GgufReader reader(path);
-    require(reader.find("dqt.model") != nullptr && reader.find("dqt.method") != nullptr,
-            "GGUF file " + path + " was not written by `dqt export`: dqt reads only its own GGUF files");
+    if (reader.find("dqt.model") == nullptr) return import_llamacpp_gguf(reader);
+    require(reader.find("dqt.method") != nullptr, "GGUF file " + path + " has dqt.model without dqt.method");
     ImportedGguf imported;
     ModelConfig c;
     MethodConfig method;

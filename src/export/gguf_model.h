@@ -53,7 +53,11 @@ struct ImportedGguf {
     std::string data_dir;  // dqt.data_dir: the dataset the model was trained on; empty when the export named none
 };
 
-// Reads a GGUF file that dqt wrote; dqt::Error for one it did not (no dqt.* keys) or any damage.
+// Reads a GGUF file that dqt wrote, or a LLaMA GGUF from llama.cpp's tools (no dqt.* keys:
+// export/llamacpp_gguf.h); dqt::Error, one line, for what it cannot read or any damage.
 ImportedGguf import_gguf(const std::string& path);
+
+// A tensor's GGUF shape (ne: the contiguous dimension first).
+std::vector<int64_t> gguf_shape(const ParamTensor& t);
 
 }  // namespace dqt

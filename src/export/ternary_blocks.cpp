@@ -1,5 +1,6 @@
 #include "export/ternary_blocks.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -63,21 +64,38 @@ std::vector<uint8_t> encode_tq2_0(const int8_t* codes, int rows, int cols) {
     return out;
 }
 
-std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols) {
+BlockCodes decode_tq2_0_blocks(const uint8_t* data, int rows, int cols, const std::string& what) {
     const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
-    std::vector<int8_t> codes(blocks * kBlock);
+    BlockCodes out{std::vector<int8_t>(blocks * kBlock), std::vector<float>(blocks)};
     for (size_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * 66;
-        const uint16_t d = get_half(block + 64);
-        require_ternary_scale(d);
+        out.block_scales[b] = f16_to_float(get_half(block + 64));
         for (int e = 0; e < kBlock; ++e) {
             const TernaryCodeSlot slot = ternary_code_slot(e);
             const int code = (block[slot.byte] >> slot.shift) & 3;
-            if (code == 3) throw Error("GGUF TQ2_0 block holds the unused code 3");
-            codes[b * kBlock + e] = static_cast<int8_t>(d == 0 ? 0 : code - 1);
+            if (code == 3) throw Error("GGUF TQ2_0 tensor " + what + " holds the unused code 3");
+            out.codes[b * kBlock + e] = static_cast<int8_t>(code - 1);
         }
     }
-    return codes;
+    return out;
+}
+
+namespace {
+
+// dqt's own blocks: d is 1, or 0 for a block of zero codes (whatever its bits say).
+std::vector<int8_t> unit_scale_codes(BlockCodes blocks) {
+    for (size_t b = 0; b < blocks.block_scales.size(); ++b) {
+        const float d = blocks.block_scales[b];
+        require_ternary_scale(float_to_f16(d));
+        if (d == 0) std::fill_n(blocks.codes.begin() + static_cast<ptrdiff_t>(b) * kBlock, kBlock, int8_t{0});
+    }
+    return std::move(blocks.codes);
+}
+
+}  // namespace
+
+std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols) {
+    return unit_scale_codes(decode_tq2_0_blocks(data, rows, cols, "(dqt's export)"));
 }
 
 std::vector<uint8_t> encode_tq1_0(const int8_t* codes, int rows, int cols) {
@@ -98,21 +116,24 @@ std::vector<uint8_t> encode_tq1_0(const int8_t* codes, int rows, int cols) {
     return out;
 }
 
-std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols) {
+BlockCodes decode_tq1_0_blocks(const uint8_t* data, int rows, int cols) {
     static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
     const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
-    std::vector<int8_t> codes(blocks * kBlock);
+    BlockCodes out{std::vector<int8_t>(blocks * kBlock), std::vector<float>(blocks)};
     for (size_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * 54;
-        const uint16_t d = get_half(block + 52);
-        require_ternary_scale(d);
+        out.block_scales[b] = f16_to_float(get_half(block + 52));
         for_each_tq1_trit([&](int byte, int n, int element) {
             const uint8_t shifted = static_cast<uint8_t>(block[byte] * kPow3[n]);
             const int trit = (static_cast<uint16_t>(shifted) * 3) >> 8;
-            codes[b * kBlock + element] = static_cast<int8_t>(d == 0 ? 0 : trit - 1);
+            out.codes[b * kBlock + element] = static_cast<int8_t>(trit - 1);
         });
     }
-    return codes;
+    return out;
+}
+
+std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols) {
+    return unit_scale_codes(decode_tq1_0_blocks(data, rows, cols));
 }
 
 std::vector<uint8_t> encode_q8_0_unit_scale(const int8_t* codes, int rows, int cols) {
@@ -126,15 +147,21 @@ std::vector<uint8_t> encode_q8_0_unit_scale(const int8_t* codes, int rows, int c
     return out;
 }
 
-std::vector<int8_t> decode_q8_0_unit_scale(const uint8_t* data, int rows, int cols, const std::string& what) {
+BlockCodes decode_q8_0_blocks(const uint8_t* data, int rows, int cols) {
     const size_t blocks = static_cast<size_t>(rows) * (cols / 32);
-    std::vector<int8_t> codes(blocks * 32);
+    BlockCodes out{std::vector<int8_t>(blocks * 32), std::vector<float>(blocks)};
     for (size_t b = 0; b < blocks; ++b) {
-        if (get_half(data + b * 34) != kHalfOne)
-            throw Error("GGUF Q8_0 tensor " + what + " has a block scale other than 1: not written by dqt");
-        std::memcpy(codes.data() + b * 32, data + b * 34 + 2, 32);
+        out.block_scales[b] = f16_to_float(get_half(data + b * 34));
+        std::memcpy(out.codes.data() + b * 32, data + b * 34 + 2, 32);
     }
-    return codes;
+    return out;
+}
+
+std::vector<int8_t> decode_q8_0_unit_scale(const uint8_t* data, int rows, int cols, const std::string& what) {
+    BlockCodes blocks = decode_q8_0_blocks(data, rows, cols);
+    for (float d : blocks.block_scales)
+        if (d != 1.0f) throw Error("GGUF Q8_0 tensor " + what + " has a block scale other than 1: not written by dqt");
+    return std::move(blocks.codes);
 }
 
 }  // namespace dqt

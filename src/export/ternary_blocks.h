@@ -9,8 +9,10 @@
 //         a base-3 number, first element most significant (4-trit bytes times 3), stored as
 //         ceil(value * 256 / 243) so that trit n = ((byte * 3^n) mod 256) * 3 >> 8.
 //   Q8_0  (34 bytes / 32): fp16 d, then 32 int8 codes.
-// Ternary blocks get d = 1 (0 when every code of the block is 0), Q8_0 blocks d = 1. Decoding
-// refuses any other d: such a file was not written by dqt.
+// dqt writes ternary blocks with d = 1 (0 when every code of the block is 0) and Q8_0 blocks with
+// d = 1; the *_unit_scale decoders refuse any other d (such a file was not written by dqt). The
+// *_blocks decoders read any writer's blocks (llama.cpp's converter puts the weights' scale in d:
+// export/llamacpp_gguf.h).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +23,16 @@ namespace dqt {
 std::vector<uint8_t> encode_tq2_0(const int8_t* codes, int rows, int cols);
 std::vector<uint8_t> encode_tq1_0(const int8_t* codes, int rows, int cols);
 std::vector<uint8_t> encode_q8_0_unit_scale(const int8_t* codes, int rows, int cols);
+
+// A tensor's codes with each block's scale d: element i's value is codes[i] * block_scales[i / block].
+struct BlockCodes {
+    std::vector<int8_t> codes;        // (rows, cols)
+    std::vector<float> block_scales;  // (rows, cols / block): fp16 d widened
+};
+// Refuse a TQ2_0 code 3 (no trit): `what` names the tensor.
+BlockCodes decode_tq2_0_blocks(const uint8_t* data, int rows, int cols, const std::string& what);
+BlockCodes decode_tq1_0_blocks(const uint8_t* data, int rows, int cols);
+BlockCodes decode_q8_0_blocks(const uint8_t* data, int rows, int cols);
 
 std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols);
 std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols);

@@ -382,7 +382,7 @@ GgufReader::GgufReader(const std::string& path) : path_(path) {
             case GgmlType::tq2_0: break;
             default:
                 throw Error("GGUF file " + path + ": tensor " + quote_untrusted(info.name) + " has type " + std::to_string(type) +
-                            ", which dqt does not read (it reads F32, F16, Q8_0, TQ1_0 and TQ2_0)");
+                            ", which dqt does not read (it reads F32, F16, Q8_0, TQ1_0 and TQ2_0: llama-quantize converts to those)");
         }
         info.type = static_cast<GgmlType>(type);
         require(info.ne[0] % ggml_block_size(info.type) == 0,

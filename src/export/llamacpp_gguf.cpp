@@ -1,0 +1,222 @@
+#include "export/llamacpp_gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "data/sentencepiece_proto.h"
+#include "export/ternary_blocks.h"
+#include "quant/codes.h"
+#include "quant/f16.h"
+
+namespace dqt {
+
+namespace {
+
+class FileKeys {
+public:
+    explicit FileKeys(const GgufReader& reader) : reader_(reader) {}
+
+    std::string where() const { return "GGUF file " + reader_.path(); }
+    int positive(const std::string& key, int limit) const {
+        const uint32_t value = reader_.u32(key);
+        require(value >= 1 && value <= static_cast<uint32_t>(limit),
+                where() + ": " + key + " = " + std::to_string(value) + " is out of range (1 to " +
+                    std::to_string(limit) + ")");
+        return static_cast<int>(value);
+    }
+    int positive_or(const std::string& key, int fallback, int limit) const {
+        return reader_.find(key) ? positive(key, limit) : fallback;
+    }
+    float f32_or(const std::string& key, float fallback) const { return reader_.find(key) ? reader_.f32(key) : fallback; }
+    bool flag_or(const std::string& key, bool fallback) const {
+        const GgufValue* value = reader_.find(key);
+        if (value == nullptr) return fallback;
+        require(value->type == GgufValueType::boolean, where() + ": " + key + " should be a boolean");
+        return value->value.get<bool>();
+    }
+    const GgufValue& array(const std::string& key, GgufValueType element) const {
+        const GgufValue* value = reader_.find(key);
+        require(value != nullptr && value->type == GgufValueType::array && value->element_type == element,
+                where() + ": " + key + " is missing or not an array of the expected type");
+        return *value;
+    }
+
+private:
+    const GgufReader& reader_;
+};
+
+ModelConfig read_config(const GgufReader& reader, const FileKeys& keys) {
+    const std::string arch = reader.string("general.architecture");
+    require(arch == "llama", keys.where() + ": architecture " + quote_untrusted(arch) +
+                                 " is not read (dqt reads llama.cpp's `llama` graph and its own exports)");
+    const GgufValue* scaling = reader.find("llama.rope.scaling.type");
+    require(scaling == nullptr || (scaling->type == GgufValueType::string && scaling->value == "none"),
+            keys.where() + ": rope scaling (llama.rope.scaling.type) is not supported");
+    ModelConfig c;
+    c.dim = keys.positive("llama.embedding_length", 1 << 16);
+    c.n_layers = keys.positive("llama.block_count", 1 << 10);
+    c.n_heads = keys.positive("llama.attention.head_count", 1 << 10);
+    c.n_kv_heads = keys.positive_or("llama.attention.head_count_kv", c.n_heads, 1 << 10);
+    c.ffn_dim = keys.positive("llama.feed_forward_length", 1 << 18);
+    c.seq_len = keys.positive("llama.context_length", kMaxSeqLen);
+    c.rope_theta = keys.f32_or("llama.rope.freq_base", 10000.0f);
+    c.norm_eps = keys.f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    c.subln = false;
+    c.ffn_activation = GatedActivation::silu;
+    c.tie_embeddings = reader.find_tensor("output.weight") == nullptr;
+    const GgufReader::TensorInfo* table = reader.find_tensor("token_embd.weight");
+    require(table != nullptr && table->ne.size() == 2, keys.where() + " lacks the matrix token_embd.weight");
+    require(table->ne[1] >= 1 && table->ne[1] <= (int64_t{1} << 20),
+            keys.where() + ": token_embd.weight's vocabulary size is out of range");
+    c.vocab_size = static_cast<int>(table->ne[1]);
+    c.validate();
+    require(keys.positive_or("llama.rope.dimension_count", c.head_dim(), 1 << 16) == c.head_dim(),
+            keys.where() + ": llama.rope.dimension_count is not the head size (partial rotary is not supported)");
+    return c;
+}
+
+// Element values of a (rows, cols) tensor as stored: codes and block scales for the block types.
+BlockCodes read_blocks(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
+    const std::vector<uint8_t> data = reader.read(info);
+    const std::string what = reader.path() + " " + quote_untrusted(info.name);
+    switch (info.type) {
+        case GgmlType::tq2_0: return decode_tq2_0_blocks(data.data(), rows, cols, what);
+        case GgmlType::tq1_0: return decode_tq1_0_blocks(data.data(), rows, cols);
+        case GgmlType::q8_0: return decode_q8_0_blocks(data.data(), rows, cols);
+        case GgmlType::f32:
+        case GgmlType::f16: break;
+    }
+    throw Error("GGUF file " + reader.path() + ": " + quote_untrusted(info.name) + " holds no blocks");
+}
+
+std::vector<float> read_values(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
+    const size_t count = static_cast<size_t>(rows) * cols;
+    std::vector<float> values(count);
+    if (info.type == GgmlType::f32 || info.type == GgmlType::f16) {
+        const std::vector<uint8_t> data = reader.read(info);
+        for (size_t i = 0; i < count; ++i) {
+            if (info.type == GgmlType::f32) {
+                std::memcpy(&values[i], data.data() + 4 * i, 4);
+            } else {
+                uint16_t half;
+                std::memcpy(&half, data.data() + 2 * i, 2);
+                values[i] = f16_to_float(half);
+            }
+        }
+        return values;
+    }
+    const BlockCodes blocks = read_blocks(reader, info, rows, cols);
+    const size_t block = count / blocks.block_scales.size();
+    for (size_t i = 0; i < count; ++i) values[i] = blocks.codes[i] * blocks.block_scales[i / block];
+    return values;
+}
+
+// The one scale d of a ternary tensor's non-zero blocks, or 0 when it is not ternary with one
+// scale (another type, scales that differ, or every block zero).
+float single_ternary_scale(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
+    if (info.type != GgmlType::tq1_0 && info.type != GgmlType::tq2_0) return 0.0f;
+    const BlockCodes blocks = read_blocks(reader, info, rows, cols);
+    float scale = 0.0f;
+    for (float d : blocks.block_scales) {
+        if (d == 0.0f) continue;
+        if (scale == 0.0f) scale = d;
+        if (d != scale || !(d > 0.0f) || !std::isfinite(d)) return 0.0f;
+    }
+    return scale;
+}
+
+std::unique_ptr<Tokenizer> read_tokenizer(const GgufReader& reader, const FileKeys& keys, int vocab_size) {
+    const std::string model = reader.string("tokenizer.ggml.model");
+    require(model == "llama", keys.where() + ": tokenizer.ggml.model " + quote_untrusted(model) +
+                                  " is not read yet (dqt reads sentencepiece vocabularies, \"llama\")");
+    require(!keys.flag_or("tokenizer.ggml.add_space_prefix", true),
+            keys.where() + ": its sentencepiece tokenizer puts a space before every text (LLaMA's dummy prefix: "
+                           "tokenizer.ggml.add_space_prefix is true or absent), which dqt's tokenizers do not do yet");
+    require(!keys.flag_or("tokenizer.ggml.remove_extra_whitespaces", false),
+            keys.where() + ": its tokenizer folds runs of spaces (tokenizer.ggml.remove_extra_whitespaces), so it "
+                           "cannot give back the text it encodes: dqt does not read it");
+    const GgufValue& tokens = keys.array("tokenizer.ggml.tokens", GgufValueType::string);
+    require(tokens.value.size() == static_cast<size_t>(vocab_size),
+            keys.where() + ": tokenizer.ggml.tokens has " + std::to_string(tokens.value.size()) +
+                " entries where token_embd has " + std::to_string(vocab_size) + " rows");
+    const GgufValue* scores = reader.find("tokenizer.ggml.scores");
+    const GgufValue* types = reader.find("tokenizer.ggml.token_type");
+    require(scores == nullptr || (scores->type == GgufValueType::array &&
+                                  scores->element_type == GgufValueType::float32 && scores->value.size() == tokens.value.size()),
+            keys.where() + ": tokenizer.ggml.scores does not match tokenizer.ggml.tokens");
+    require(types == nullptr || (types->type == GgufValueType::array && types->element_type == GgufValueType::int32 &&
+                                 types->value.size() == tokens.value.size()),
+            keys.where() + ": tokenizer.ggml.token_type does not match tokenizer.ggml.tokens");
+    std::vector<SentencepiecePiece> pieces(tokens.value.size());
+    for (size_t id = 0; id < pieces.size(); ++id) {
+        pieces[id].piece = tokens.value[id].get<std::string>();
+        if (scores) pieces[id].score = scores->value[id].get<float>();
+        if (types) {
+            const int type = types->value[id].get<int>();
+            require(type >= 0 && type <= 6, keys.where() + ": tokenizer.ggml.token_type has the unknown type " +
+                                                std::to_string(type));
+            pieces[id].type = type == 0 ? 1 : type;  // llama.cpp's "undefined" is a normal piece
+        }
+    }
+    try {
+        return load_tokenizer("bpe", sentencepiece_bpe_proto(pieces, SentencepieceNormalizer{}));
+    } catch (const Error& e) {
+        throw Error(keys.where() + ": its tokenizer cannot be read (" + std::string(e.what()) + ")");
+    }
+}
+
+}  // namespace
+
+ImportedGguf import_llamacpp_gguf(const GgufReader& reader) {
+    const FileKeys keys(reader);
+    const ModelConfig c = read_config(reader, keys);
+    // Every tensor the config implies is in the file with its shape, and nothing else is.
+    const ParamLayout fp_layout = make_param_layout(c, MethodConfig{});
+    std::set<std::string> expected;
+    for (const ParamTensor& t : fp_layout.tensors) {
+        const std::string name = t.name + ".weight";
+        const GgufReader::TensorInfo* info = reader.find_tensor(name);
+        require(info != nullptr, keys.where() + " lacks the tensor " + name);
+        require(info->ne == gguf_shape(t), keys.where() + ": tensor " + name + " has the wrong shape");
+        expected.insert(name);
+    }
+    for (const GgufReader::TensorInfo& info : reader.tensors())
+        require(expected.count(info.name) == 1, keys.where() + " holds the tensor " + quote_untrusted(info.name) +
+                                                    ", for which dqt's LLaMA model has no place");
+
+    // Ternary with one scale per block linear: read as ternary dqt.
+    std::vector<float> ternary_scales(fp_layout.tensors.size(), 0.0f);
+    bool ternary = true;
+    for (const ParamTensor& t : fp_layout.tensors) {
+        if (t.role != TensorRole::block_linear) continue;
+        const float d = single_ternary_scale(reader, *reader.find_tensor(t.name + ".weight"), t.rows, t.cols);
+        ternary_scales[static_cast<size_t>(t.tensor_id)] = d;
+        ternary = ternary && d > 0.0f;
+    }
+    MethodConfig method;
+    if (ternary) method.kind = Method::dqt;  // the default grid is ternary; embedding and head stay fp
+
+    ImportedGguf imported;
+    imported.model = std::make_unique<ModelParameters>(c, method);
+    ModelParameters& model = *imported.model;
+    for (const ParamTensor& t : model.layout.tensors) {
+        const GgufReader::TensorInfo& info = *reader.find_tensor(t.name + ".weight");
+        if (!t.stores_codes()) {
+            const std::vector<float> values = read_values(reader, info, t.rows, t.cols);
+            std::memcpy(model.value(t), values.data(), values.size() * sizeof(float));
+            continue;
+        }
+        const float d = ternary_scales[static_cast<size_t>(t.tensor_id)];
+        const BlockCodes blocks = read_blocks(reader, info, t.rows, t.cols);
+        model.scale(t) = 1.0f / d;  // W = q / scale
+        const size_t block = t.count() / blocks.block_scales.size();
+        for (size_t i = 0; i < t.count(); ++i)
+            write_code(model.code(t), model.method.grid, i, blocks.block_scales[i / block] == 0.0f ? 0 : blocks.codes[i]);
+    }
+    imported.tokenizer = read_tokenizer(reader, keys, c.vocab_size);
+    return imported;
+}
+
+}  // namespace dqt

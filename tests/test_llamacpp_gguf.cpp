@@ -1,0 +1,212 @@
+// GGUF files that llama.cpp's converter wrote (tests/golden/llamacpp_gguf/, made by
+// scripts/llamacpp_gguf_fixtures.py) read into dqt: the values each type stores, ternary files
+// read as codes, and what dqt cannot run refused in one line. That they run the same as in
+// llama.cpp is test_llamacpp_interop.cpp's LlamaCppConvertedGgufsRunTheSameInDqt.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "export/gguf_model.h"
+#include "export/ternary_blocks.h"
+#include "io/gguf.h"
+#include "quant/f16.h"
+#include "test_helpers.h"
+
+using namespace dqt;
+using dqt::testing::TempDir;
+
+namespace {
+
+const std::string kConverted = std::string(DQT_SOURCE_DIR) + "/tests/golden/llamacpp_gguf/";
+
+// Edits of a copy: metadata kept unless `keep_key` says no, values replaced by `edit_keys`,
+// tensors kept unless `keep_tensor` says no, changed by `edit_tensor`, and `extra` added.
+struct FileEdit {
+    std::function<bool(const std::string&)> keep_key = [](const std::string&) { return true; };
+    std::function<void(GgufWriter&)> edit_keys = [](GgufWriter&) {};
+    std::function<bool(const std::string&)> keep_tensor = [](const std::string&) { return true; };
+    std::function<void(GgufTensor&)> edit_tensor = [](GgufTensor&) {};
+    std::vector<GgufTensor> extra;
+};
+
+void copy_value(GgufWriter& out, const std::string& key, const GgufValue& v) {
+    switch (v.type) {
+        case GgufValueType::uint32: return out.set_u32(key, v.value.get<uint32_t>());
+        case GgufValueType::float32: return out.set_f32(key, v.value.get<float>());
+        case GgufValueType::boolean: return out.set_bool(key, v.value.get<bool>());
+        case GgufValueType::string: return out.set_string(key, v.value.get<std::string>());
+        case GgufValueType::array:
+            if (v.element_type == GgufValueType::string) return out.set_strings(key, v.value.get<std::vector<std::string>>());
+            if (v.element_type == GgufValueType::float32) return out.set_f32s(key, v.value.get<std::vector<float>>());
+            if (v.element_type == GgufValueType::int32) return out.set_i32s(key, v.value.get<std::vector<int32_t>>());
+            break;
+        default: break;
+    }
+    ADD_FAILURE() << "the fixture has a value type this copy does not know: " << key;
+}
+
+std::string edited_copy(const std::string& fixture, const std::string& path, const FileEdit& edit) {
+    const GgufReader reader(kConverted + fixture + ".gguf");
+    GgufWriter out;
+    for (const auto& [key, value] : reader.metadata())
+        if (edit.keep_key(key)) copy_value(out, key, value);
+    edit.edit_keys(out);
+    for (const GgufReader::TensorInfo& info : reader.tensors()) {
+        if (!edit.keep_tensor(info.name)) continue;
+        GgufTensor tensor{info.name, info.ne, info.type, reader.read(info)};
+        edit.edit_tensor(tensor);
+        out.add_tensor(std::move(tensor));
+    }
+    for (const GgufTensor& tensor : edit.extra) out.add_tensor(tensor);
+    out.write(path);
+    return path;
+}
+
+// The message of the dqt::Error importing `path` throws ("" when it throws none).
+std::string import_error(const std::string& path) {
+    try {
+        import_gguf(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::vector<float> dense(const ModelParameters& model, const std::string& name) {
+    const ParamTensor& t = model.layout.find(name);
+    std::vector<float> values(t.count());
+    model.read_dense(t, values.data());
+    return values;
+}
+
+}  // namespace
+
+// The same random model converted as F32, F16 and Q8_0: the F16 file holds the F32 values
+// rounded to fp16, exactly, and the Q8_0 file each within what llama.cpp's quantizer leaves
+// (codes rounded with d = the block's largest magnitude / 127, then d stored as fp16: half a
+// step plus 127 times d's rounding), so each type's block scales are read and applied.
+TEST(LlamaCppGguf, EachTypeHoldsTheConvertedValues) {
+    const ImportedGguf f32 = import_gguf(kConverted + "gauss-f32.gguf");
+    const ImportedGguf f16 = import_gguf(kConverted + "gauss-f16.gguf");
+    const ImportedGguf q8 = import_gguf(kConverted + "gauss-q8_0.gguf");
+    for (const ParamTensor& t : f32.model->layout.tensors) {
+        SCOPED_TRACE(t.name);
+        const std::vector<float> exact = dense(*f32.model, t.name), half = dense(*f16.model, t.name),
+                                 eight = dense(*q8.model, t.name);
+        if (!t.is_matrix()) {  // norms stay F32 in every file
+            EXPECT_EQ(half, exact);
+            EXPECT_EQ(eight, exact);
+            continue;
+        }
+        int fp16_mismatches = 0, q8_outside = 0;
+        for (size_t block = 0; block < exact.size() / 32; ++block) {
+            float largest = 0.0f;
+            for (size_t i = block * 32; i < block * 32 + 32; ++i) largest = std::max(largest, std::fabs(exact[i]));
+            const double step = largest / 127.0, stored = f16_to_float(float_to_f16(static_cast<float>(step)));
+            const double bound = 0.5 * step + 127.0 * std::fabs(stored - step);
+            for (size_t i = block * 32; i < block * 32 + 32; ++i) {
+                fp16_mismatches += half[i] != f16_to_float(float_to_f16(exact[i]));
+                q8_outside += std::fabs(static_cast<double>(eight[i]) - exact[i]) > bound * (1.0 + 1e-6);
+            }
+        }
+        EXPECT_EQ(fp16_mismatches, 0);
+        EXPECT_EQ(q8_outside, 0);
+    }
+}
+
+// A ternary model's TQ2_0 and TQ1_0 files (one fp16 d per matrix) are read as ternary dqt with
+// the same codes and scale 1 / d; a file where one block's d differs is read as fp, each
+// value code * d, that block's included.
+TEST(LlamaCppGguf, TernaryFilesAreReadAsCodesUnlessTheirScalesDiffer) {
+    const ImportedGguf tq2 = import_gguf(kConverted + "ternary-tq2_0.gguf");
+    const ImportedGguf tq1 = import_gguf(kConverted + "ternary-tq1_0.gguf");
+    ASSERT_EQ(tq2.model->method.kind, Method::dqt);
+    ASSERT_TRUE(tq2.model->method.grid.ternary());
+    const GgufReader file(kConverted + "ternary-tq2_0.gguf");
+    for (const ParamTensor& t : tq2.model->layout.tensors) {
+        SCOPED_TRACE(t.name);
+        EXPECT_EQ(dense(*tq1.model, t.name), dense(*tq2.model, t.name));
+        if (t.role != TensorRole::block_linear) continue;
+        const BlockCodes blocks =
+            decode_tq2_0_blocks(file.read(*file.find_tensor(t.name + ".weight")).data(), t.rows, t.cols, t.name);
+        const std::vector<float> values = dense(*tq2.model, t.name);
+        EXPECT_EQ(1.0f / tq2.model->scale(t), blocks.block_scales[0]);
+        for (size_t i = 0; i < values.size(); ++i)
+            ASSERT_FLOAT_EQ(values[i], blocks.codes[i] * blocks.block_scales[0]) << "element " << i;
+    }
+
+    TempDir dir("llamacpp-gguf-scales");
+    FileEdit edit;
+    edit.edit_tensor = [](GgufTensor& t) {
+        if (t.name != "blk.0.attn_v.weight") return;
+        const float d = f16_to_float(static_cast<uint16_t>(t.data[64 + 66] | t.data[65 + 66] << 8));
+        const uint16_t doubled = float_to_f16(2.0f * d);  // the second block's scale
+        t.data[64 + 66] = static_cast<uint8_t>(doubled & 0xff);
+        t.data[65 + 66] = static_cast<uint8_t>(doubled >> 8);
+    };
+    const ImportedGguf mixed = import_gguf(edited_copy("ternary-tq2_0", dir / "mixed.gguf", edit));
+    EXPECT_EQ(mixed.model->method.kind, Method::fp);
+    for (const ParamTensor& t : mixed.model->layout.tensors) {
+        const std::vector<float> ours = dense(*mixed.model, t.name), before = dense(*tq2.model, t.name);
+        for (size_t i = 0; i < ours.size(); ++i) {
+            const bool doubled = t.name == "blk.0.attn_v" && i >= 256 && i < 512;
+            ASSERT_EQ(ours[i], doubled ? 2.0f * before[i] : before[i]) << t.name << " element " << i;
+        }
+    }
+}
+
+// What dqt's LLaMA cannot run, or cannot tokenize as llama.cpp would, is one line naming it.
+TEST(LlamaCppGguf, WhatDqtCannotRunIsRefusedInOneLine) {
+    TempDir dir("llamacpp-gguf-refuse");
+    struct Case {
+        std::string what;
+        FileEdit edit;
+        std::string message;
+    };
+    auto with_key = [](std::function<void(GgufWriter&)> set) {
+        FileEdit edit;
+        edit.edit_keys = std::move(set);
+        return edit;
+    };
+    auto without_key = [](std::string key) {
+        FileEdit edit;
+        edit.keep_key = [key](const std::string& k) { return k != key; };
+        return edit;
+    };
+    FileEdit missing, bias;
+    missing.keep_tensor = [](const std::string& name) { return name != "blk.0.ffn_up.weight"; };
+    bias.extra.push_back(GgufTensor{"blk.0.attn_q.bias", {256}, GgmlType::f32, std::vector<uint8_t>(1024, 0)});
+    const std::vector<Case> cases = {
+        {"another architecture", with_key([](GgufWriter& w) { w.set_string("general.architecture", "qwen2"); }),
+         "architecture 'qwen2' is not read"},
+        {"a missing tensor", missing, "lacks the tensor blk.0.ffn_up.weight"},
+        {"a bias", bias, "holds the tensor 'blk.0.attn_q.bias', for which dqt's LLaMA model has no place"},
+        {"partial rotary", with_key([](GgufWriter& w) { w.set_u32("llama.rope.dimension_count", 32); }),
+         "partial rotary"},
+        {"rope scaling", with_key([](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "linear"); }),
+         "rope scaling"},
+        {"a byte-level BPE vocabulary", with_key([](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "gpt2"); }),
+         "tokenizer.ggml.model 'gpt2' is not read yet"},
+        {"LLaMA's dummy prefix", without_key("tokenizer.ggml.add_space_prefix"), "dummy prefix"},
+        {"an unknown token type", with_key([](GgufWriter& w) {
+             std::vector<int32_t> types(384, 1);
+             types[5] = 9;
+             w.set_i32s("tokenizer.ggml.token_type", types);
+         }),
+         "unknown type 9"},
+        {"a vocabulary shorter than the table",
+         with_key([](GgufWriter& w) { w.set_strings("tokenizer.ggml.tokens", {"<unk>", "a"}); }),
+         "tokenizer.ggml.tokens has 2 entries where token_embd has 384 rows"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        const std::string path = edited_copy("gauss-f16", dir / "edited.gguf", c.edit);
+        const std::string message = import_error(path);
+        EXPECT_NE(message.find(c.message), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+}
