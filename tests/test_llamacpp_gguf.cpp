@@ -9,7 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "data/byte_level_bpe.h"
+#include "data/tokenizer.h"
 #include "export/gguf_model.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
@@ -49,11 +53,11 @@ void copy_value(GgufWriter& out, const std::string& key, const GgufValue& v) {
     ADD_FAILURE() << "the fixture has a value type this copy does not know: " << key;
 }
 
-std::string edited_copy(const std::string& fixture, const std::string& path, const FileEdit& edit) {
-    const GgufReader reader(kConverted + fixture + ".gguf");
+std::string edited_copy(const std::string& source, const std::string& path, const FileEdit& edit) {
+    const GgufReader reader(source);
     GgufWriter out;
     for (const auto& [key, value] : reader.metadata())
-        if (edit.keep_key(key)) copy_value(out, key, value);
+        if (key != "general.alignment" && edit.keep_key(key)) copy_value(out, key, value);  // the writer sets it
     edit.edit_keys(out);
     for (const GgufReader::TensorInfo& info : reader.tensors()) {
         if (!edit.keep_tensor(info.name)) continue;
@@ -148,7 +152,7 @@ TEST(LlamaCppGguf, TernaryFilesAreReadAsCodesUnlessTheirScalesDiffer) {
         t.data[64 + 66] = static_cast<uint8_t>(doubled & 0xff);
         t.data[65 + 66] = static_cast<uint8_t>(doubled >> 8);
     };
-    const ImportedGguf mixed = import_gguf(edited_copy("ternary-tq2_0", dir / "mixed.gguf", edit));
+    const ImportedGguf mixed = import_gguf(edited_copy(kConverted + "ternary-tq2_0.gguf", dir / "mixed.gguf", edit));
     EXPECT_EQ(mixed.model->method.kind, Method::fp);
     for (const ParamTensor& t : mixed.model->layout.tensors) {
         const std::vector<float> ours = dense(*mixed.model, t.name), before = dense(*tq2.model, t.name);
@@ -189,8 +193,13 @@ TEST(LlamaCppGguf, WhatDqtCannotRunIsRefusedInOneLine) {
          "partial rotary"},
         {"rope scaling", with_key([](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "linear"); }),
          "rope scaling"},
-        {"a byte-level BPE vocabulary", with_key([](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "gpt2"); }),
-         "tokenizer.ggml.model 'gpt2' is not read yet"},
+        {"a WordPiece vocabulary", with_key([](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "bert"); }),
+         "tokenizer.ggml.model 'bert' is not read"},
+        {"a byte-level pre-tokenizer without a regex here", with_key([](GgufWriter& w) {
+             w.set_string("tokenizer.ggml.model", "gpt2");
+             w.set_string("tokenizer.ggml.pre", "qwen2");
+         }),
+         "tokenizer.ggml.pre 'qwen2' is not read"},
         {"LLaMA's dummy prefix", without_key("tokenizer.ggml.add_space_prefix"), "dummy prefix"},
         {"an unknown token type", with_key([](GgufWriter& w) {
              std::vector<int32_t> types(384, 1);
@@ -204,9 +213,50 @@ TEST(LlamaCppGguf, WhatDqtCannotRunIsRefusedInOneLine) {
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
-        const std::string path = edited_copy("gauss-f16", dir / "edited.gguf", c.edit);
+        const std::string path = edited_copy(kConverted + "gauss-f16.gguf", dir / "edited.gguf", c.edit);
         const std::string message = import_error(path);
         EXPECT_NE(message.find(c.message), std::string::npos) << message;
         EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+}
+
+// A model with a byte-level BPE tokenizer (tests/golden/tokenizer_json: LLaMA 3's and GPT-2's
+// pre-tokenizers) exports as llama.cpp's "gpt2" vocabulary, and that vocabulary alone (the file
+// without dqt's keys, as another tool would leave it) reads back as a tokenizer giving
+// tokenizers.js's ids; the byte vocabulary reads back as dqt's byte tokenizer.
+TEST(LlamaCppGguf, ByteLevelVocabulariesReadBackWithoutDqtKeys) {
+    TempDir dir("llamacpp-gguf-bpe");
+    const std::string golden = std::string(DQT_SOURCE_DIR) + "/tests/golden/tokenizer_json/";
+    const nlohmann::json expected = nlohmann::json::parse(dqt::testing::read_bytes(golden + "expected.json"));
+    const auto texts = expected.at("texts").get<std::vector<std::string>>();
+    FileEdit without_dqt_keys;
+    without_dqt_keys.keep_key = [](const std::string& key) { return !key.starts_with("dqt."); };
+    for (const std::string style : {"llama3", "gpt2", "byte"}) {
+        SCOPED_TRACE(style);
+        const std::unique_ptr<Tokenizer> tokenizer =
+            style == "byte" ? make_byte_tokenizer()
+                            : load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
+        ModelConfig c;
+        c.dim = 64;
+        c.n_layers = 1;
+        c.n_heads = 2;
+        c.n_kv_heads = 2;
+        c.ffn_dim = 64;
+        c.subln = false;
+        c.vocab_size = tokenizer->vocab_size();
+        ModelParameters model(c, MethodConfig{});
+        model.initialize(3);
+        const std::string exported = dir / "model.gguf";
+        export_gguf(model, *tokenizer, GgufExportOptions{}, exported);
+        EXPECT_EQ(GgufReader(exported).string("tokenizer.ggml.model"), "gpt2");
+        EXPECT_EQ(import_gguf(exported).tokenizer->serialize(), tokenizer->serialize());  // dqt's own keys
+        const ImportedGguf foreign = import_gguf(edited_copy(exported, dir / "foreign.gguf", without_dqt_keys));
+        EXPECT_EQ(foreign.tokenizer->kind(), tokenizer->kind());
+        for (size_t i = 0; i < texts.size(); ++i) {
+            const std::vector<int32_t> ids = foreign.tokenizer->encode(texts[i]);
+            EXPECT_EQ(ids, tokenizer->encode(texts[i])) << texts[i];
+            if (style != "byte") EXPECT_EQ(ids, expected.at(style).at(i).get<std::vector<int32_t>>()) << texts[i];
+        }
+        EXPECT_EQ(dense(*foreign.model, "token_embd"), dense(model, "token_embd"));
     }
 }

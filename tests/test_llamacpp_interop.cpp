@@ -30,6 +30,7 @@
 #include <sentencepiece_trainer.h>
 
 #include "data/batch.h"
+#include "data/byte_level_bpe.h"
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -550,5 +551,40 @@ TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
         std::printf("[ interop ] %s, blk.0.ffn_down scaled by %.2f in dqt: relative difference %.2e, top-1 differs "
                     "at %.2f%%\n", file.name.c_str(), kWrongScale, off.relative_difference(), 100.0 * off.top1_disagreement);
         EXPECT_FALSE(within(off, bounds)) << "the bounds do not notice a scale 50% off";
+    }
+}
+
+// Byte-level BPE vocabularies (tests/golden/tokenizer_json: LLaMA 3's pre-tokenizer, exported
+// as "llama-bpe", and GPT-2's, as "gpt-2") tokenize in llama.cpp as in dqt, which gives
+// tokenizers.js's ids (test ByteLevelBpe.GivesTheIdsOfTokenizersJs). Texts holding an added
+// token literally are left out: llama.cpp reads those as text unless asked to parse specials.
+TEST(LlamaCppInterop, ByteLevelBpeVocabularyTokenizesTheSame) {
+    ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
+    TempDir dir("interop-byte-level-bpe");
+    const std::string golden = std::string(DQT_SOURCE_DIR) + "/tests/golden/tokenizer_json/";
+    std::vector<std::string> texts = kTexts;
+    for (const auto& text : nlohmann::json::parse(dqt::testing::read_bytes(golden + "expected.json")).at("texts"))
+        if (text.get<std::string>().find("<|") == std::string::npos) texts.push_back(text.get<std::string>());
+    for (const std::string style : {"llama3", "gpt2"}) {
+        SCOPED_TRACE(style);
+        const auto tokenizer = load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
+        ModelConfig config;
+        config.dim = 64;
+        config.n_layers = 1;
+        config.n_heads = 2;
+        config.n_kv_heads = 2;
+        config.ffn_dim = 64;
+        config.seq_len = 64;
+        config.subln = false;
+        config.vocab_size = tokenizer->vocab_size();
+        ModelParameters model(config, MethodConfig{});
+        model.initialize(3);
+        const std::string gguf = dir / "bpe.gguf";
+        export_gguf(model, *tokenizer, GgufExportOptions{}, gguf);
+        EXPECT_EQ(GgufReader(gguf).string("tokenizer.ggml.pre"), style == "llama3" ? "llama-bpe" : "gpt-2");
+        const nlohmann::json response =
+            run_llamacpp({{"model", gguf}, {"threads", 1}, {"context", 64}, {"texts", texts}}, dir.path.string());
+        for (size_t t = 0; t < texts.size(); ++t)
+            EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), tokenizer->encode(texts[t])) << texts[t];
     }
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "data/byte_level_bpe_parts.h"
 #include "data/byte_symbols.h"
 #include "export/llamacpp_gguf.h"
 #include "export/rope_rows.h"
@@ -49,10 +50,41 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
 
 // ---- tokenizer ----------------------------------------------------------------------------
 
+// A tokenizer.json's byte-level BPE as llama.cpp's "gpt2" vocabulary, which names its
+// pre-tokenizer instead of holding the regex: LLaMA 3's ("llama-bpe", whole pre-tokens that are
+// tokens kept whole) and GPT-2's ("gpt-2") have names; others are refused. EOS and BOS are the
+// byte-0 symbol's token, as for the byte vocabulary: a tokenizer.json does not say which added
+// token ends a text.
+void write_byte_level_bpe(GgufWriter& out, const Tokenizer& tokenizer) {
+    const ByteLevelBpeParts parts = byte_level_bpe_parts(tokenizer);
+    std::string pre;
+    if (parts.pre == ByteLevelBpeParts::PreTokenizer::gpt2 && !parts.ignore_merges) pre = "gpt-2";
+    if (parts.pre == ByteLevelBpeParts::PreTokenizer::split && parts.split_regex == kLlama3PreTokenizerRegex &&
+        parts.ignore_merges)
+        pre = "llama-bpe";
+    require(!pre.empty(),
+            "export: the tokenizer's pre-tokenizer is neither LLaMA 3's nor GPT-2's, the byte-level ones llama.cpp knows "
+            "by name: export with --format safetensors");
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;  // llama.cpp: 1 normal, 3 control (a special added token), 4 user defined
+    int32_t nul = -1;
+    for (size_t id = 0; id < parts.tokens.size(); ++id) {
+        const ByteLevelBpeParts::Token& token = parts.tokens[id];
+        tokens.push_back(token.text);
+        types.push_back(!token.added ? 1 : token.special ? 3 : 4);
+        if (!token.added && token.text == gpt2_byte_symbol(0)) nul = static_cast<int32_t>(id);
+    }
+    require(nul >= 0, "export: the tokenizer has no token for byte 0");
+    out.set_string("tokenizer.ggml.model", "gpt2");
+    out.set_string("tokenizer.ggml.pre", pre);
+    out.set_strings("tokenizer.ggml.tokens", tokens);
+    out.set_i32s("tokenizer.ggml.token_type", types);
+    out.set_strings("tokenizer.ggml.merges", parts.merges);
+    out.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(nul));
+    out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(nul));
+}
+
 void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
-    require(tokenizer.kind() != "byte-level-bpe",
-            "export: the model's tokenizer is a Hugging Face tokenizer.json, which GGUF export does not write yet: "
-            "export with --format safetensors");
     out.set_string("dqt.tokenizer.kind", tokenizer.kind());
     out.set_bytes("dqt.tokenizer.data", tokenizer.serialize());
     out.set_string("tokenizer.chat_template", kChatTemplateJinja);
@@ -73,6 +105,7 @@ void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
         out.set_u32("tokenizer.ggml.eos_token_id", 0);
         return;
     }
+    if (tokenizer.kind() == "byte-level-bpe") return write_byte_level_bpe(out, tokenizer);
     // sentencepiece BPE: llama.cpp's "llama" (SPM) tokenizer merges by piece score as
     // sentencepiece does and falls back to the <0xXX> byte pieces.
     sentencepiece::SentencePieceProcessor processor;

@@ -4,7 +4,12 @@
 #include <cstring>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "data/byte_level_bpe.h"
+#include "data/byte_level_bpe_parts.h"
+#include "data/byte_symbols.h"
 #include "data/sentencepiece_proto.h"
 #include "export/ternary_blocks.h"
 #include "quant/codes.h"
@@ -127,42 +132,90 @@ float single_ternary_scale(const GgufReader& reader, const GgufReader::TensorInf
     return scale;
 }
 
-std::unique_ptr<Tokenizer> read_tokenizer(const GgufReader& reader, const FileKeys& keys, int vocab_size) {
-    const std::string model = reader.string("tokenizer.ggml.model");
-    require(model == "llama", keys.where() + ": tokenizer.ggml.model " + quote_untrusted(model) +
-                                  " is not read yet (dqt reads sentencepiece vocabularies, \"llama\")");
+// tokenizer.ggml.token_type (optional: every token normal), one entry per token.
+std::vector<int> token_types(const GgufReader& reader, const FileKeys& keys, size_t count) {
+    const GgufValue* types = reader.find("tokenizer.ggml.token_type");
+    if (types == nullptr) return std::vector<int>(count, 1);
+    require(types->type == GgufValueType::array && types->element_type == GgufValueType::int32 &&
+                types->value.size() == count,
+            keys.where() + ": tokenizer.ggml.token_type does not match tokenizer.ggml.tokens");
+    std::vector<int> out(count);
+    for (size_t id = 0; id < count; ++id) {
+        out[id] = types->value[id].get<int>();
+        require(out[id] >= 0 && out[id] <= 6,
+                keys.where() + ": tokenizer.ggml.token_type has the unknown type " + std::to_string(out[id]));
+    }
+    return out;
+}
+
+// "llama": sentencepiece BPE over the pieces, as llama.cpp's SPM tokenizer runs it.
+std::unique_ptr<Tokenizer> read_sentencepiece(const GgufReader& reader, const FileKeys& keys,
+                                              const std::vector<std::string>& tokens) {
     require(!keys.flag_or("tokenizer.ggml.add_space_prefix", true),
             keys.where() + ": its sentencepiece tokenizer puts a space before every text (LLaMA's dummy prefix: "
                            "tokenizer.ggml.add_space_prefix is true or absent), which dqt's tokenizers do not do yet");
     require(!keys.flag_or("tokenizer.ggml.remove_extra_whitespaces", false),
             keys.where() + ": its tokenizer folds runs of spaces (tokenizer.ggml.remove_extra_whitespaces), so it "
                            "cannot give back the text it encodes: dqt does not read it");
-    const GgufValue& tokens = keys.array("tokenizer.ggml.tokens", GgufValueType::string);
-    require(tokens.value.size() == static_cast<size_t>(vocab_size),
-            keys.where() + ": tokenizer.ggml.tokens has " + std::to_string(tokens.value.size()) +
-                " entries where token_embd has " + std::to_string(vocab_size) + " rows");
     const GgufValue* scores = reader.find("tokenizer.ggml.scores");
-    const GgufValue* types = reader.find("tokenizer.ggml.token_type");
     require(scores == nullptr || (scores->type == GgufValueType::array &&
-                                  scores->element_type == GgufValueType::float32 && scores->value.size() == tokens.value.size()),
+                                  scores->element_type == GgufValueType::float32 && scores->value.size() == tokens.size()),
             keys.where() + ": tokenizer.ggml.scores does not match tokenizer.ggml.tokens");
-    require(types == nullptr || (types->type == GgufValueType::array && types->element_type == GgufValueType::int32 &&
-                                 types->value.size() == tokens.value.size()),
-            keys.where() + ": tokenizer.ggml.token_type does not match tokenizer.ggml.tokens");
-    std::vector<SentencepiecePiece> pieces(tokens.value.size());
+    const std::vector<int> types = token_types(reader, keys, tokens.size());
+    std::vector<SentencepiecePiece> pieces(tokens.size());
     for (size_t id = 0; id < pieces.size(); ++id) {
-        pieces[id].piece = tokens.value[id].get<std::string>();
+        pieces[id].piece = tokens[id];
         if (scores) pieces[id].score = scores->value[id].get<float>();
-        if (types) {
-            const int type = types->value[id].get<int>();
-            require(type >= 0 && type <= 6, keys.where() + ": tokenizer.ggml.token_type has the unknown type " +
-                                                std::to_string(type));
-            pieces[id].type = type == 0 ? 1 : type;  // llama.cpp's "undefined" is a normal piece
-        }
+        pieces[id].type = types[id] == 0 ? 1 : types[id];  // llama.cpp's "undefined" is a normal piece
     }
+    return load_tokenizer("bpe", sentencepiece_bpe_proto(pieces, SentencepieceNormalizer{}));
+}
+
+// "gpt2": byte-level BPE; llama.cpp names the pre-tokenizer, and two names have a regex here.
+std::unique_ptr<Tokenizer> read_byte_level_bpe(const GgufReader& reader, const FileKeys& keys,
+                                               const std::vector<std::string>& tokens) {
+    const GgufValue* merges = reader.find("tokenizer.ggml.merges");
+    require(merges == nullptr ||
+                (merges->type == GgufValueType::array && merges->element_type == GgufValueType::string),
+            keys.where() + ": tokenizer.ggml.merges is not a list of strings");
+    ByteLevelBpeParts parts;
+    if (merges) parts.merges = merges->value.get<std::vector<std::string>>();
+    const std::vector<int> types = token_types(reader, keys, tokens.size());
+    for (size_t id = 0; id < tokens.size(); ++id)
+        parts.tokens.push_back({tokens[id], types[id] == 3 || types[id] == 4, types[id] == 3});
+    // The 256 byte symbols in order and no merges: dqt's byte tokenizer, whatever the pre-tokenizer.
+    bool bytes = parts.merges.empty() && tokens.size() == 256;
+    for (size_t b = 0; bytes && b < 256; ++b) bytes = tokens[b] == gpt2_byte_symbol(static_cast<int>(b));
+    if (bytes) return make_byte_tokenizer();
+    const std::string pre = reader.find("tokenizer.ggml.pre") ? reader.string("tokenizer.ggml.pre") : "default";
+    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+        parts.pre = ByteLevelBpeParts::PreTokenizer::split;
+        parts.split_regex = kLlama3PreTokenizerRegex;
+        parts.ignore_merges = true;
+    } else if (pre == "gpt-2") {
+        parts.pre = ByteLevelBpeParts::PreTokenizer::gpt2;
+    } else {
+        throw Error(keys.where() + ": tokenizer.ggml.pre " + quote_untrusted(pre) +
+                    " is not read (dqt knows the byte-level pre-tokenizers llama-bpe and gpt-2)");
+    }
+    return load_byte_level_bpe(byte_level_bpe_json(parts), keys.where());
+}
+
+std::unique_ptr<Tokenizer> read_tokenizer(const GgufReader& reader, const FileKeys& keys, int vocab_size) {
+    const std::string model = reader.string("tokenizer.ggml.model");
+    require(model == "llama" || model == "gpt2", keys.where() + ": tokenizer.ggml.model " + quote_untrusted(model) +
+                                                     " is not read (dqt reads \"llama\" and \"gpt2\" vocabularies)");
+    const GgufValue& list = keys.array("tokenizer.ggml.tokens", GgufValueType::string);
+    require(list.value.size() == static_cast<size_t>(vocab_size),
+            keys.where() + ": tokenizer.ggml.tokens has " + std::to_string(list.value.size()) +
+                " entries where token_embd has " + std::to_string(vocab_size) + " rows");
+    const auto tokens = list.value.get<std::vector<std::string>>();
     try {
-        return load_tokenizer("bpe", sentencepiece_bpe_proto(pieces, SentencepieceNormalizer{}));
+        return model == "llama" ? read_sentencepiece(reader, keys, tokens) : read_byte_level_bpe(reader, keys, tokens);
+    } catch (const nlohmann::json::exception& e) {  // a token that is not UTF-8 cannot go into tokenizer.json
+        throw Error(keys.where() + ": its tokenizer cannot be read (" + quote_untrusted(e.what(), 120) + ")");
     } catch (const Error& e) {
+        if (std::string(e.what()).starts_with(keys.where())) throw;
         throw Error(keys.where() + ": its tokenizer cannot be read (" + std::string(e.what()) + ")");
     }
 }
