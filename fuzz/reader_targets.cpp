@@ -149,7 +149,10 @@ void exercise(const Tokenizer& tokenizer) {
     for (const int32_t id : ids) {
         if (id < 0 || id >= tokenizer.vocab_size()) throw std::logic_error("tokenizer produced an id outside its vocabulary");
     }
-    if (tokenizer.decode(ids) != kProbeText) throw std::logic_error("tokenizer does not round-trip the probe text");
+    // A dummy prefix (LLaMA's sentencepiece) is the one thing a round trip may add.
+    const std::vector<int32_t> one = tokenizer.encode("a");
+    const std::string prefix = tokenizer.decode(one) == " a" ? " " : "";
+    if (tokenizer.decode(ids) != prefix + std::string(kProbeText)) throw std::logic_error("tokenizer does not round-trip the probe text");
 }
 
 Outcome read_checkpoint(const std::string& path) {

@@ -14,18 +14,21 @@ Debian); placeholders stand in for the torch dtypes newer than Debian's torch 1.
 Running it again writes the same bytes.
 
 Made here, all from fixed seeds:
-  tokenizer.model  a sentencepiece BPE model trained by sentencepiece (not by dqt) on
-                   docs/METHOD.md: 384 pieces, <unk> 0, <s> 1, </s> 2 (LLaMA's ids), byte
-                   fallback, no normalisation, no dummy prefix (tokenizer_config.json's
-                   add_prefix_space false tells the converter so)
+  tokenizers       sentencepiece BPE models trained by sentencepiece (not by dqt) on
+                   docs/METHOD.md, 384 pieces, <unk> 0, <s> 1, </s> 2, byte fallback, no
+                   normalisation: "spm" as dqt trains them (no dummy prefix, which the HF
+                   folder's tokenizer_config.json, add_prefix_space false, tells the converter),
+                   "llama" as LLaMA's (a dummy prefix, pieces of runs of spaces, digits split;
+                   no tokenizer_config.json, so llama.cpp prefixes a space as for LLaMA 2)
   gauss            LlamaForCausalLM, dim 256, 1 layer, 4 heads, 2 kv heads, FFN 256, untied
-                   head, normal random weights -> gauss-f32.gguf, gauss-f16.gguf, gauss-q8_0.gguf
+                   head, normal random weights, "spm" -> gauss-f32.gguf, gauss-f16.gguf,
+                   gauss-q8_0.gguf
   ternary          the same shape with a tied head; every block linear is ternary codes times
-                   one fp16 scale per matrix (what a BitNet model's dequantized weights are)
-                   -> ternary-tq1_0.gguf, ternary-tq2_0.gguf
-  tiny             dim 32, 2 heads, 1 kv head, FFN 64, tied: tiny-q8_0.gguf, small enough to seed
-                   the GGUF fuzzer (fuzz/seeds/gguf/llamacpp_tiny_q8_0.gguf is a copy)
-  expected.json    the probe texts and sentencepiece's own ids for them
+                   one fp16 scale per matrix (what a BitNet model's dequantized weights are),
+                   "spm" -> ternary-tq1_0.gguf, ternary-tq2_0.gguf
+  tiny             dim 32, 2 heads, 1 kv head, FFN 64, tied, "llama" -> tiny-q8_0.gguf, small
+                   enough to seed the GGUF fuzzer (fuzz/seeds/gguf/llamacpp_tiny_q8_0.gguf is a copy)
+  expected.json    the probe texts and each tokenizer's ids for them, from sentencepiece
 The HF folders themselves are not kept (the GGUF files are the fixtures).
 """
 import json
@@ -43,6 +46,7 @@ from hf_reference import write_safetensors  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PROBE_TEXTS = ["The weights exist only as codes.", "caf\u00e9 1789-2024,\n  two  spaces\tand a tab",
+               "    indented = 4 spaces;   three",
                "Stochastic rounding: E[q] = w / s", ""]
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
@@ -57,22 +61,27 @@ for name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "uint16", "uint32
     if not hasattr(torch, name):
         setattr(torch, name, type(name, (), {})())
 """
-# name -> (outtypes, config changes)
+# name -> (outtypes, tokenizer, config changes)
 OUTPUTS = {
-    "gauss": (["f32", "f16", "q8_0"], {"tie_word_embeddings": False}),
-    "ternary": (["tq1_0", "tq2_0"], {"tie_word_embeddings": True}),
-    "tiny": (["q8_0"], {"tie_word_embeddings": True, "hidden_size": 32, "num_attention_heads": 2,
-                        "num_key_value_heads": 1, "intermediate_size": 64}),
+    "gauss": (["f32", "f16", "q8_0"], "spm", {"tie_word_embeddings": False}),
+    "ternary": (["tq1_0", "tq2_0"], "spm", {"tie_word_embeddings": True}),
+    "tiny": (["q8_0"], "llama", {"tie_word_embeddings": True, "hidden_size": 32, "num_attention_heads": 2,
+                                 "num_key_value_heads": 1, "intermediate_size": 64}),
+}
+
+TOKENIZERS = {
+    "spm": {"add_dummy_prefix": False},
+    "llama": {"add_dummy_prefix": True, "allow_whitespace_only_pieces": True, "split_digits": True},
 }
 
 
-def train_tokenizer(folder):
+def train_tokenizer(folder, name):
     sentencepiece.SentencePieceTrainer.train(
-        input=str(REPO / "docs" / "METHOD.md"), model_prefix=str(folder / "tokenizer"), model_type="bpe",
+        input=str(REPO / "docs" / "METHOD.md"), model_prefix=str(folder / name), model_type="bpe",
         vocab_size=CONFIG["vocab_size"], byte_fallback=True, normalization_rule_name="identity",
-        add_dummy_prefix=False, remove_extra_whitespaces=False, num_threads=1, minloglevel=2)
-    (folder / "tokenizer.vocab").unlink()
-    return sentencepiece.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+        remove_extra_whitespaces=False, num_threads=1, minloglevel=2, **TOKENIZERS[name])
+    (folder / f"{name}.vocab").unlink()
+    return sentencepiece.SentencePieceProcessor(model_file=str(folder / f"{name}.model"))
 
 
 def weights(kind, config, rng):
@@ -125,16 +134,17 @@ def main():
             "class AutoConfig:\n    @staticmethod\n    def from_pretrained(*args, **kwargs):\n"
             "        raise RuntimeError('transformers stub: read config.json')\n")
         (stub / "sitecustomize.py").write_text(TORCH_PLACEHOLDERS)
-        tokenizer = train_tokenizer(scratch)
-        for index, (kind, (outtypes, changes)) in enumerate(OUTPUTS.items()):
+        tokenizers = {name: train_tokenizer(scratch, name) for name in TOKENIZERS}
+        for index, (kind, (outtypes, tokenizer, changes)) in enumerate(OUTPUTS.items()):
             config = dict(CONFIG, **changes)
             folder = scratch / kind
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-            shutil.copy(scratch / "tokenizer.model", folder / "tokenizer.model")
-            # Without it the converter writes no tokenizer.ggml.add_space_prefix, and llama.cpp
-            # then prefixes a space (LLaMA's dummy prefix) the tokenizer was trained without.
-            (folder / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}) + "\n")
+            shutil.copy(scratch / f"{tokenizer}.model", folder / "tokenizer.model")
+            if not TOKENIZERS[tokenizer]["add_dummy_prefix"]:
+                # Without it the converter writes no tokenizer.ggml.add_space_prefix, and llama.cpp
+                # then prefixes a space (LLaMA's dummy prefix) the tokenizer was trained without.
+                (folder / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}) + "\n")
             tensors = weights(kind, config, np.random.default_rng(7 + index))
             write_safetensors(folder / "model.safetensors",
                               {n: ("F32", v.shape, v.tobytes()) for n, v in tensors.items()})
@@ -142,8 +152,8 @@ def main():
                 target = out / f"{kind}-{outtype}.gguf"
                 convert(llama_cpp, folder, outtype, target, stub)
                 print(f"{target}: {target.stat().st_size} bytes")
-    expected = {"texts": PROBE_TEXTS, "ids": [tokenizer.encode(t) for t in PROBE_TEXTS],
-                "bos": tokenizer.bos_id(), "eos": tokenizer.eos_id()}
+    expected = {"texts": PROBE_TEXTS}
+    expected.update({name: [t.encode(text) for text in PROBE_TEXTS] for name, t in tokenizers.items()})
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
 

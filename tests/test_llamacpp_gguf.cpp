@@ -176,11 +176,6 @@ TEST(LlamaCppGguf, WhatDqtCannotRunIsRefusedInOneLine) {
         edit.edit_keys = std::move(set);
         return edit;
     };
-    auto without_key = [](std::string key) {
-        FileEdit edit;
-        edit.keep_key = [key](const std::string& k) { return k != key; };
-        return edit;
-    };
     FileEdit missing, bias;
     missing.keep_tensor = [](const std::string& name) { return name != "blk.0.ffn_up.weight"; };
     bias.extra.push_back(GgufTensor{"blk.0.attn_q.bias", {256}, GgmlType::f32, std::vector<uint8_t>(1024, 0)});
@@ -200,7 +195,6 @@ TEST(LlamaCppGguf, WhatDqtCannotRunIsRefusedInOneLine) {
              w.set_string("tokenizer.ggml.pre", "qwen2");
          }),
          "tokenizer.ggml.pre 'qwen2' is not read"},
-        {"LLaMA's dummy prefix", without_key("tokenizer.ggml.add_space_prefix"), "dummy prefix"},
         {"an unknown token type", with_key([](GgufWriter& w) {
              std::vector<int32_t> types(384, 1);
              types[5] = 9;
@@ -258,5 +252,32 @@ TEST(LlamaCppGguf, ByteLevelVocabulariesReadBackWithoutDqtKeys) {
             if (style != "byte") EXPECT_EQ(ids, expected.at(style).at(i).get<std::vector<int32_t>>()) << texts[i];
         }
         EXPECT_EQ(dense(*foreign.model, "token_embd"), dense(model, "token_embd"));
+    }
+}
+
+// A sentencepiece vocabulary with LLaMA's dummy prefix (the fixture converted without
+// add_space_prefix, which llama.cpp reads as true) encodes " " + text, and keeps the prefix
+// through dqt's GGUF export (add_space_prefix true) and through the file without dqt's keys.
+TEST(LlamaCppGguf, ALlamaVocabularyKeepsItsDummyPrefixThroughExport) {
+    TempDir dir("llamacpp-gguf-prefix");
+    const nlohmann::json expected = nlohmann::json::parse(dqt::testing::read_bytes(kConverted + "expected.json"));
+    const auto texts = expected.at("texts").get<std::vector<std::string>>();
+    const auto ids = expected.at("llama").get<std::vector<std::vector<int32_t>>>();
+    const ImportedGguf imported = import_gguf(kConverted + "tiny-q8_0.gguf");
+    EXPECT_EQ(GgufReader(kConverted + "tiny-q8_0.gguf").find("tokenizer.ggml.add_space_prefix"), nullptr);
+    const std::string exported = dir / "exported.gguf";
+    export_gguf(*imported.model, *imported.tokenizer, GgufExportOptions{}, exported);
+    const GgufValue* prefix = GgufReader(exported).find("tokenizer.ggml.add_space_prefix");
+    ASSERT_NE(prefix, nullptr);
+    EXPECT_EQ(prefix->value, true);
+    FileEdit without_dqt_keys;
+    without_dqt_keys.keep_key = [](const std::string& key) { return !key.starts_with("dqt."); };
+    const ImportedGguf again = import_gguf(exported);
+    const ImportedGguf foreign = import_gguf(edited_copy(exported, dir / "foreign.gguf", without_dqt_keys));
+    EXPECT_EQ(again.tokenizer->serialize(), imported.tokenizer->serialize());
+    for (size_t t = 0; t < texts.size(); ++t) {
+        EXPECT_EQ(imported.tokenizer->encode(texts[t]), ids[t]) << texts[t];
+        EXPECT_EQ(foreign.tokenizer->encode(texts[t]), ids[t]) << texts[t];
+        EXPECT_EQ(imported.tokenizer->decode(ids[t]), (texts[t].empty() ? "" : " ") + texts[t]);
     }
 }

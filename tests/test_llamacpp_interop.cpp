@@ -453,7 +453,10 @@ const std::string kConverted = std::string(DQT_SOURCE_DIR) + "/tests/golden/llam
 struct ConvertedFile {
     std::string name;
     uint32_t file_type;
-    bool ternary;  // every block linear TQ with one scale: read as ternary dqt
+    bool ternary;           // every block linear TQ with one scale: read as ternary dqt
+    std::string tokenizer;  // "spm" (no dummy prefix) or "llama" (LLaMA's: a dummy prefix, runs of spaces)
+    int dim;
+    bool tied;
 };
 
 // How far dqt (fp32 activations, the dequantized weights) may be from llama.cpp on the same
@@ -486,40 +489,44 @@ void random_windows(int vocab, int T, std::vector<std::vector<int32_t>>& inputs,
 
 // GGUF files llama.cpp's own converter wrote (scripts/llamacpp_gguf_fixtures.py: random LLaMA
 // models in Hugging Face's layout through convert_hf_to_gguf.py as F32, F16, Q8_0, TQ1_0 and
-// TQ2_0, with a tokenizer sentencepiece trained) run in dqt as in llama.cpp: the same
-// next-token distributions and greedy tokens, the same log-likelihood over random windows
-// (bounds that a 50% wrong ffn_down breaks), and the same tokenization as sentencepiece's own.
-// The ternary files are read as ternary dqt and run on its ternary kernels.
+// TQ2_0, with tokenizers sentencepiece trained, one with LLaMA's dummy prefix) run in dqt as in
+// llama.cpp: the same next-token distributions and greedy tokens, the same log-likelihood over
+// random windows (bounds that a 50% wrong ffn_down breaks), and the same tokenization, which
+// is sentencepiece's own. The ternary files are read as ternary dqt, on its ternary kernels.
 TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
     ASSERT_TRUE(llamacpp_installed()) << "llama.cpp is not installed: run scripts/setup.sh (npm install in tools/llamacpp)";
     TempDir dir("interop-converted");
     const nlohmann::json expected = nlohmann::json::parse(std::ifstream(kConverted + "expected.json"));
     const auto texts = expected.at("texts").get<std::vector<std::string>>();
-    const auto ids = expected.at("ids").get<std::vector<std::vector<int32_t>>>();
-    for (const ConvertedFile& file : {ConvertedFile{"gauss-f32", 0, false}, ConvertedFile{"gauss-f16", 1, false},
-                                      ConvertedFile{"gauss-q8_0", 7, false}, ConvertedFile{"ternary-tq1_0", 36, true},
-                                      ConvertedFile{"ternary-tq2_0", 37, true}}) {
+    for (const ConvertedFile& file : {ConvertedFile{"gauss-f32", 0, false, "spm", 256, false},
+                                      ConvertedFile{"gauss-f16", 1, false, "spm", 256, false},
+                                      ConvertedFile{"gauss-q8_0", 7, false, "spm", 256, false},
+                                      ConvertedFile{"ternary-tq1_0", 36, true, "spm", 256, true},
+                                      ConvertedFile{"ternary-tq2_0", 37, true, "spm", 256, true},
+                                      ConvertedFile{"tiny-q8_0", 7, false, "llama", 32, true}}) {
         SCOPED_TRACE(file.name);
+        const auto ids = expected.at(file.tokenizer).get<std::vector<std::vector<int32_t>>>();
         const std::string gguf = kConverted + file.name + ".gguf";
         ImportedGguf imported = import_gguf(gguf);
         const ModelConfig& c = imported.model->config;
-        EXPECT_EQ(c.dim, 256);
+        EXPECT_EQ(c.dim, file.dim);
         EXPECT_EQ(c.n_layers, 1);
-        EXPECT_EQ(c.n_kv_heads, 2);
         EXPECT_EQ(c.vocab_size, 384);
         EXPECT_FALSE(c.subln);
-        EXPECT_EQ(c.tie_embeddings, file.ternary);  // the ternary models were written with a tied head
+        EXPECT_EQ(c.tie_embeddings, file.tied);
         EXPECT_EQ(imported.model->method.kind, file.ternary ? Method::dqt : Method::fp);
         for (const ParamTensor& t : imported.model->layout.tensors)
             EXPECT_EQ(t.stores_codes(), file.ternary && t.role == TensorRole::block_linear) << t.name;
         for (size_t t = 0; t < texts.size(); ++t) {
             EXPECT_EQ(imported.tokenizer->encode(texts[t]), ids[t]) << "text " << t;
-            EXPECT_EQ(imported.tokenizer->decode(ids[t]), texts[t]) << "text " << t;
+            // A dummy prefix is part of the tokens' text.
+            const std::string prefix = file.tokenizer == "llama" && !texts[t].empty() ? " " : "";
+            EXPECT_EQ(imported.tokenizer->decode(ids[t]), prefix + texts[t]) << "text " << t;
         }
 
         std::vector<std::vector<int32_t>> inputs, targets;
         random_windows(c.vocab_size, c.seq_len, inputs, targets);
-        const std::vector<std::vector<int32_t>> prompts = {ids[0], ids[2]};
+        const std::vector<std::vector<int32_t>> prompts = {ids[0], ids[3]};
         const nlohmann::json response = run_llamacpp(
             // Room beyond the windows: a full context makes node-llama-cpp shift it before the
             // last position's logits.

@@ -67,4 +67,12 @@ std::string sentencepiece_bpe_proto(const std::vector<SentencepiecePiece>& piece
     return model;
 }
 
+std::string sentencepiece_without_dummy_prefix(const std::string& proto) {
+    std::string normalizer_spec;
+    put_uint(normalizer_spec, 3, 0);
+    std::string out = proto;
+    put_bytes(out, 3, normalizer_spec);
+    return out;
+}
+
 }  // namespace dqt

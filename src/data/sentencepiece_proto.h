@@ -29,4 +29,9 @@ struct SentencepieceNormalizer {
 std::string sentencepiece_bpe_proto(const std::vector<SentencepiecePiece>& pieces,
                                     const SentencepieceNormalizer& normalizer);
 
+// The same model without its dummy prefix: a second normalizer_spec holding only
+// add_dummy_prefix = false is appended, which protobuf merges into the first (a repeated
+// embedded message merges; the later scalar wins).
+std::string sentencepiece_without_dummy_prefix(const std::string& proto);
+
 }  // namespace dqt

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/byte_level_bpe.h"
 #include "data/corpus.h"
+#include "data/sentencepiece_proto.h"
 #include "io/atomic_file.h"
 
 namespace dqt {
@@ -57,23 +58,24 @@ constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
 // reads U+2581 as a space), so those bytes bypass it as byte-fallback tokens, and decoding
 // maps each id straight to its bytes.
 //
-// Speed: the model is trained with split_by_whitespace, so no piece holds a space after its
-// first character and the text encodes word by word (a word = a space and what follows up to
-// the next space). Each distinct word goes through sentencepiece once per encode() call:
-// about 4x faster on English text than encoding the whole text, with identical tokens.
+// A model with a dummy prefix (LLaMA's: add_dummy_prefix, which llama.cpp calls
+// add_space_prefix) encodes " " + text, as sentencepiece and llama.cpp do; its tokens decode to
+// that text, the space included (a sequence's text stays its tokens' texts joined).
+//
+// Speed: a model whose pieces hold no space after their first character (dqt trains with
+// split_by_whitespace) encodes word by word (a word = a space and what follows up to the next
+// space), each distinct word once per encode() call: about 4x faster on English text than
+// encoding the whole text, with identical tokens. A model with pieces spanning spaces (LLaMA's
+// runs of spaces) encodes each valid stretch of text whole.
 class BpeTokenizer final : public Tokenizer {
 public:
     explicit BpeTokenizer(std::string model_proto) : proto_(std::move(model_proto)) {
-        sentencepiece::util::Status status;
-        try {
-            status = processor_.LoadFromSerializedProto(proto_);
-        } catch (const std::exception& e) {
-            // Its trie builder (darts_clone) throws instead of returning a status, e.g. for a
-            // zero-length piece (fuzz/regressions/tokenizer/zero_length_piece.bin).
-            status = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInvalidArgument, e.what());
-        }
-        require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + quote_untrusted(status.ToString(), 120) +
-                                 "): re-create the dataset with `dqt data`");
+        load(proto_);
+        // The prefix is added here, so that the word-by-word and byte-fallback paths see it once.
+        std::vector<std::string> probe_pieces;
+        dummy_prefix_ = processor_.Encode("a", &probe_pieces).ok() && !probe_pieces.empty() &&
+                        std::string_view(probe_pieces[0]).starts_with(kSpaceMark);
+        if (dummy_prefix_) load(sentencepiece_without_dummy_prefix(proto_));
         const int vocab = processor_.GetPieceSize();
         for (int byte = 0; byte < 256; ++byte) {
             char piece[8];
@@ -89,9 +91,7 @@ public:
             // The unknown token (never produced, thanks to byte fallback) decodes to nothing.
             if (processor_.IsUnknown(id) || processor_.IsControl(id) || processor_.IsUnused(id)) continue;
             std::string_view piece = processor_.IdToPiece(id);
-            require(
-                piece.find(kSpaceMark, 1) == std::string_view::npos,
-                "bpe tokenizer has a piece spanning a space (not made by dqt): re-create the dataset with `dqt data`");
+            words_independent_ = words_independent_ && piece.find(kSpaceMark, 1) == std::string_view::npos;
             for (size_t at = piece.find(kSpaceMark); at != std::string_view::npos; at = piece.find(kSpaceMark)) {
                 id_bytes_[id].append(piece.substr(0, at)).push_back(' ');
                 piece.remove_prefix(at + kSpaceMark.size());
@@ -102,7 +102,7 @@ public:
         // A model from elsewhere, or a crafted one, may normalise text or hold pieces that
         // decode differently from what encoding matched: it must give back a probe text exactly.
         constexpr std::string_view probe = "Fellow  citizens,\n\t1790 caf\xc3\xa9 \xf0\x9f\x99\x82 \xff end. ";
-        require(decode(encode(probe)) == probe,
+        require(decode(encode(probe)) == (dummy_prefix_ ? " " : "") + std::string(probe),
                 "bpe tokenizer does not give back the text it encodes (normalisation or pieces changed: not made by "
                 "dqt): re-create the dataset with `dqt data`");
     }
@@ -110,6 +110,12 @@ public:
     std::vector<int32_t> encode(std::string_view text) const override {
         std::vector<int32_t> tokens;
         tokens.reserve(text.size() / 3);
+        std::string prefixed;
+        if (dummy_prefix_ && !text.empty()) {
+            prefixed.reserve(text.size() + 1);
+            prefixed.append(" ").append(text);
+            text = prefixed;
+        }
         WordCache cache;
         while (!text.empty()) {
             const size_t bad = find_invalid_utf8(text);
@@ -142,7 +148,7 @@ private:
             const size_t mark = text.find(kSpaceMark);
             std::string_view plain = text.substr(0, mark);
             while (!plain.empty()) {
-                const std::string_view word = plain.substr(0, plain.find(' ', 1));
+                const std::string_view word = words_independent_ ? plain.substr(0, plain.find(' ', 1)) : plain;
                 auto [entry, added] = cache.try_emplace(word);
                 if (added) {
                     std::vector<int> ids;
@@ -159,8 +165,23 @@ private:
         }
     }
 
-    std::string proto_;
-    sentencepiece::SentencePieceProcessor processor_;
+    void load(const std::string& proto) {
+        sentencepiece::util::Status status;
+        try {
+            status = processor_.LoadFromSerializedProto(proto);
+        } catch (const std::exception& e) {
+            // Its trie builder (darts_clone) throws instead of returning a status, e.g. for a
+            // zero-length piece (fuzz/regressions/tokenizer/zero_length_piece.bin).
+            status = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInvalidArgument, e.what());
+        }
+        require(status.ok(), "bpe tokenizer data is not a valid sentencepiece model (" + quote_untrusted(status.ToString(), 120) +
+                                 "): re-create the dataset with `dqt data`");
+    }
+
+    std::string proto_;                  // as given (serialize() returns it)
+    sentencepiece::SentencePieceProcessor processor_;  // proto_, without its dummy prefix
+    bool dummy_prefix_ = false;          // encode() puts a space before the text
+    bool words_independent_ = true;      // no piece holds a space after its first character
     int32_t byte_ids_[256];              // byte value -> its byte-fallback token
     std::vector<std::string> id_bytes_;  // token -> the bytes it decodes to
 };

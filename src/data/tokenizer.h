@@ -1,6 +1,7 @@
 #pragma once
-// Tokenizers: text <-> token ids. Both kinds round-trip any byte string exactly:
-// decode(encode(text)) == text, for valid UTF-8 and for arbitrary bytes alike.
+// Tokenizers: text <-> token ids. Every kind round-trips any byte string exactly:
+// decode(encode(text)) == text, for valid UTF-8 and for arbitrary bytes alike; a sentencepiece
+// model with a dummy prefix (LLaMA's) gives " " + text back, the space its encoding added.
 #include <cstdint>
 #include <functional>
 #include <memory>

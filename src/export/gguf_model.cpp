@@ -147,7 +147,9 @@ void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     out.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(unknown));
     out.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
     out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos));
-    out.set_bool("tokenizer.ggml.add_space_prefix", false);  // trained without a dummy prefix
+    // dqt trains without a dummy prefix; a model imported with one (LLaMA's) keeps it.
+    const std::vector<int32_t> probe = tokenizer.encode("a");
+    out.set_bool("tokenizer.ggml.add_space_prefix", tokenizer.decode(probe) == " a");
 }
 
 // ---- tensors ------------------------------------------------------------------------------

@@ -88,7 +88,8 @@ void write_tokenizer_files(const Tokenizer& tokenizer, int context, const std::s
     if (tokenizer.kind() == "bpe") {
         write_file_atomic(folder + "/tokenizer.model", tokenizer.serialize());
         config["tokenizer_class"] = "LlamaTokenizer";
-        config["add_prefix_space"] = false;  // trained without sentencepiece's dummy prefix
+        // dqt trains without sentencepiece's dummy prefix; an imported LLaMA tokenizer has one.
+        config["add_prefix_space"] = tokenizer.decode(tokenizer.encode("a")) == " a";
         config["legacy"] = false;
     } else if (tokenizer.kind() == "byte-level-bpe") {
         write_file_atomic(folder + "/tokenizer.json", tokenizer.serialize());  // the file it was read from

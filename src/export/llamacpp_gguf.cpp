@@ -151,9 +151,6 @@ std::vector<int> token_types(const GgufReader& reader, const FileKeys& keys, siz
 // "llama": sentencepiece BPE over the pieces, as llama.cpp's SPM tokenizer runs it.
 std::unique_ptr<Tokenizer> read_sentencepiece(const GgufReader& reader, const FileKeys& keys,
                                               const std::vector<std::string>& tokens) {
-    require(!keys.flag_or("tokenizer.ggml.add_space_prefix", true),
-            keys.where() + ": its sentencepiece tokenizer puts a space before every text (LLaMA's dummy prefix: "
-                           "tokenizer.ggml.add_space_prefix is true or absent), which dqt's tokenizers do not do yet");
     require(!keys.flag_or("tokenizer.ggml.remove_extra_whitespaces", false),
             keys.where() + ": its tokenizer folds runs of spaces (tokenizer.ggml.remove_extra_whitespaces), so it "
                            "cannot give back the text it encodes: dqt does not read it");
@@ -168,7 +165,10 @@ std::unique_ptr<Tokenizer> read_sentencepiece(const GgufReader& reader, const Fi
         if (scores) pieces[id].score = scores->value[id].get<float>();
         pieces[id].type = types[id] == 0 ? 1 : types[id];  // llama.cpp's "undefined" is a normal piece
     }
-    return load_tokenizer("bpe", sentencepiece_bpe_proto(pieces, SentencepieceNormalizer{}));
+    // llama.cpp puts a space before the text unless the file says not to (LLaMA's dummy prefix).
+    SentencepieceNormalizer normalizer;
+    normalizer.add_dummy_prefix = keys.flag_or("tokenizer.ggml.add_space_prefix", true);
+    return load_tokenizer("bpe", sentencepiece_bpe_proto(pieces, normalizer));
 }
 
 // "gpt2": byte-level BPE; llama.cpp names the pre-tokenizer, and two names have a regex here.

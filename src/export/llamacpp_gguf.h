@@ -13,10 +13,11 @@
 //                 TQ1_0/TQ2_0 with one d per matrix (a ternary model's weights: codes times
 //                 one scale), the model is read as ternary dqt (codes, scale 1/d) and runs on
 //                 the ternary kernels; otherwise as an fp model of the dequantized values
-//   tokenizer     tokenizer.ggml.model "llama" (sentencepiece BPE: tokens, scores,
-//                 token_type; data/sentencepiece_proto.h) with add_space_prefix false;
-//                 LLaMA's dummy prefix (the key true or absent) and "gpt2" vocabularies are
-//                 refused for now
+//   tokenizer     tokenizer.ggml.model "llama" (sentencepiece BPE: tokens, scores, token_type,
+//                 add_space_prefix, absent = true as llama.cpp reads it: LLaMA's dummy prefix;
+//                 data/sentencepiece_proto.h); "gpt2" (byte-level BPE: tokens, token_type,
+//                 merges) with pre-tokenizer llama-bpe (LLaMA 3's) or gpt-2, or the 256 byte
+//                 symbols without merges (dqt's byte tokenizer)
 // The file is untrusted: every tensor the config implies is checked in the file's table, with
 // its shape, before anything is allocated, so what is allocated is bounded by the file.
 #include "export/gguf_model.h"
