@@ -56,7 +56,7 @@ void add_generate_command(CLI::App& app) {
         ternary.reset();
         loaded.model.reset();
         const GenerationResult result =
-            generate_text(model, *loaded.tokenizer, args->prompt, args->tokens, args->sampling,
+            generate_text(model, *loaded.tokenizer, loaded.special, args->prompt, args->tokens, args->sampling,
                           parse_kv_cache_type(args->kv_cache),
                           [](const std::string& piece) {
                               std::fputs(piece.c_str(), stdout);

@@ -69,7 +69,7 @@ void add_serve_command(CLI::App& app) {
         loaded.model.reset();  // the inference model holds the one copy of the weights
         Engine engine(model, *loaded.tokenizer, args->engine);
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;
-        ApiServer server(engine, *loaded.tokenizer, name);
+        ApiServer server(engine, *loaded.tokenizer, loaded.special, name);
 
         const int port = server.bind(args->host, args->port);
         std::thread on_signal([&] {

@@ -119,10 +119,11 @@ void run(CLI::App& command, TrainArgs& args) {
     std::printf("\nsample (temperature %.1f, top-k %d) from \"%s\":\n", sampling.temperature, sampling.top_k,
                 args.sample_prompt.c_str());
     const InferenceModel model(*loaded.model);
-    generate_text(model, *loaded.tokenizer, args.sample_prompt, 200, sampling, KvCacheType::f32, [](const std::string& piece) {
-        std::fputs(piece.c_str(), stdout);
-        std::fflush(stdout);
-    });
+    generate_text(model, *loaded.tokenizer, SpecialTokens{}, args.sample_prompt, 200, sampling, KvCacheType::f32,
+                  [](const std::string& piece) {
+                      std::fputs(piece.c_str(), stdout);
+                      std::fflush(stdout);
+                  });
     std::printf("\n");
 }
 

@@ -27,11 +27,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
 ModelFile load_model_file(const std::string& path) {
     if (is_hf_folder(path)) {
         ImportedHf imported = import_hf_folder(path);
-        return {std::move(imported.model), std::move(imported.tokenizer), "", 0};
+        return {std::move(imported.model), std::move(imported.tokenizer), "", 0, std::move(imported.special)};
     }
     if (is_gguf_file(path)) {
         ImportedGguf imported = import_gguf(path);
-        return {std::move(imported.model), std::move(imported.tokenizer), imported.data_dir, 0};
+        return {std::move(imported.model), std::move(imported.tokenizer), imported.data_dir, 0,
+                std::move(imported.special)};
     }
     LoadedModel loaded = load_model_checkpoint(path);
     return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step};

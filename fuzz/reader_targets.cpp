@@ -152,7 +152,8 @@ void exercise(const Tokenizer& tokenizer) {
     // A dummy prefix (LLaMA's sentencepiece) is the one thing a round trip may add.
     const std::vector<int32_t> one = tokenizer.encode("a");
     const std::string prefix = tokenizer.decode(one) == " a" ? " " : "";
-    if (tokenizer.decode(ids) != prefix + std::string(kProbeText)) throw std::logic_error("tokenizer does not round-trip the probe text");
+    if (tokenizer.decode(ids) != prefix + std::string(kProbeText))
+        throw std::logic_error("tokenizer does not round-trip the probe text");
 }
 
 Outcome read_checkpoint(const std::string& path) {
@@ -315,7 +316,8 @@ Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes
         const Outcome outcome = keeps_contract(
             [&] {
                 try {
-                    const CompletionCall call = parse_completion_request(body, chat, "tiny", *served.tokenizer, *served.engine);
+                    const CompletionCall call = parse_completion_request(body, chat, "tiny", *served.tokenizer,
+                                                                         SpecialTokens{}, *served.engine);
                     const GenerationRequest& g = call.generation;
                     const int room = served.engine->context() - static_cast<int>(g.prompt.size());
                     if (g.prompt.empty() || room < 1 || g.max_tokens < 1 || g.max_tokens > room)

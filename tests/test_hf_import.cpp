@@ -144,6 +144,35 @@ TEST(HfImport, RefusesWhatItCannotReadWithOneLine) {
     expect_error(f, "has neither tokenizer.model nor tokenizer.json");
 }
 
+// BOS and EOS come from config.json, generation_config.json overriding it (a list of EOS ids:
+// each ends a generation); a tokenizer.model adds BOS unless tokenizer_config.json says not.
+TEST(HfImport, SpecialTokenIdsComeFromTheFolder) {
+    TempDir root("hf-special");
+    const std::string folder = folder_with_tokenizer(root, "llama");
+    EXPECT_EQ(import_hf_folder(folder).special.end_of_generation, std::vector<int32_t>{});  // none named
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(folder + "/config.json"));
+    config["bos_token_id"] = 1;
+    config["eos_token_id"] = 2;
+    std::ofstream(folder + "/config.json") << config.dump();
+    SpecialTokens special = import_hf_folder(folder).special;
+    EXPECT_EQ(special.bos, 1);
+    EXPECT_TRUE(special.add_bos);
+    EXPECT_EQ(special.end_of_generation, std::vector<int32_t>{2});
+    std::ofstream(folder + "/generation_config.json") << R"({"eos_token_id": [2, 7]})";
+    std::ofstream(folder + "/tokenizer_config.json") << R"({"add_bos_token": false})";
+    special = import_hf_folder(folder).special;
+    EXPECT_FALSE(special.add_bos);
+    EXPECT_EQ(special.end_of_generation, (std::vector<int32_t>{2, 7}));
+    std::ofstream(folder + "/generation_config.json") << R"({"eos_token_id": 300})";
+    try {
+        import_hf_folder(folder);
+        ADD_FAILURE() << "an EOS id outside the vocabulary was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("eos_token_id '300' is not a token of the vocabulary of 300"), std::string::npos)
+            << e.what();
+    }
+}
+
 // The workflow of a user with a published checkpoint: tokenize a corpus with its tokenizer,
 // evaluate it, generate from it, and fine-tune it into ternary dqt (--init-from), from the
 // command line.

@@ -358,7 +358,8 @@ TEST(Inference, GenerationCachesOnlyWhatItCanReach) {
     const InferenceModel model(parameters);
     memory_reset_peaks();
     const int64_t before = memory_live_bytes(MemCategory::activations);
-    const GenerationResult result = generate_text(model, *data.tokenizer, "Our", 5, SamplingOptions{}, KvCacheType::f32);
+    const GenerationResult result = generate_text(model, *data.tokenizer, SpecialTokens{}, "Our", 5, SamplingOptions{},
+                                                  KvCacheType::f32);
     EXPECT_EQ(result.generated_tokens, 5);
     EXPECT_LT(memory_peak_bytes(MemCategory::activations) - before, int64_t{1} << 20);
 }

@@ -534,6 +534,10 @@ TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
              {"greedy_tokens", kGreedyTokens}, {"sequences", inputs}, {"texts", texts}},
             dir.path.string());
         EXPECT_EQ(response["model"]["file_type"].get<uint32_t>(), file.file_type);
+        // llama.cpp's BOS and end-of-generation tokens are dqt's (the converter wrote <s> 1, </s> 2).
+        EXPECT_EQ(response["model"]["end_of_generation"].get<std::vector<int32_t>>(), imported.special.end_of_generation);
+        EXPECT_EQ(response["model"]["bos"], imported.special.bos);
+        EXPECT_TRUE(imported.special.add_bos);  // sentencepiece's default in llama.cpp
         EXPECT_EQ(response["tokenized"].get<std::vector<std::vector<int32_t>>>(), ids);
         for (size_t p = 0; p < prompts.size(); ++p) {
             const DqtRun ours = run_dqt(*imported.model, prompts[p]);

@@ -95,7 +95,7 @@ std::pair<std::string, StreamUpdate> drain(RequestStream& stream) {
 TEST(Serve, StopStringsEndTheTextBeforeThemAndAreNeverShown) {
     const TestModel& m = test_model();
     const GenerationResult free_run =
-        generate_text(*m.model, *m.tokenizer, "Stop here", 40, sampling(1.0f, 5), KvCacheType::f32);
+        generate_text(*m.model, *m.tokenizer, SpecialTokens{}, "Stop here", 40, sampling(1.0f, 5), KvCacheType::f32);
     ASSERT_EQ(free_run.generated_tokens, 40);
     // A stop string from the middle of the text the run made: the text ends just before its
     // first occurrence, and no piece ever showed a byte of it.
@@ -112,6 +112,38 @@ TEST(Serve, StopStringsEndTheTextBeforeThemAndAreNeverShown) {
     EXPECT_THROW(Generation(session, *m.tokenizer, {1, 2}, 4, sampling(0, 1), {""}), Error);
 }
 
+// A sampled end-of-generation token (data/special_tokens.h: a model's EOS) ends the generation
+// with reason stop; its text is not shown. BOS goes before the prompt where the model asks.
+TEST(Serve, AnEndOfGenerationTokenEndsTheTextUnshown) {
+    const TestModel& m = test_model();
+    const GenerationResult free_run =
+        generate_text(*m.model, *m.tokenizer, SpecialTokens{}, "The union", 6, sampling(0.0f, 1), KvCacheType::f32);
+    ASSERT_EQ(free_run.generated_tokens, 6);
+    InferenceSession session(*m.model, 64);
+    std::vector<int32_t> greedy;
+    {
+        Generation free(session, *m.tokenizer, m.tokenizer->encode("The union"), 6, sampling(0.0f, 1));
+        while (!free.finished()) free.step();
+        greedy = free.generated();
+    }
+    SpecialTokens special;
+    special.end_of_generation = {greedy[3]};
+    const GenerationResult ended =
+        generate_text(*m.model, *m.tokenizer, special, "The union", 6, sampling(0.0f, 1), KvCacheType::f32);
+    const size_t first = static_cast<size_t>(std::find(greedy.begin(), greedy.end(), greedy[3]) - greedy.begin());
+    EXPECT_EQ(ended.finish_reason, FinishReason::stop);
+    EXPECT_EQ(ended.generated_tokens, static_cast<int>(first) + 1);
+    EXPECT_EQ(ended.text, m.tokenizer->decode(std::vector<int32_t>(greedy.begin(), greedy.begin() + first)));
+
+    special.bos = greedy[0];
+    special.add_bos = true;
+    EXPECT_EQ(special.prompt(*m.tokenizer, "ab"), (std::vector<int32_t>{greedy[0], 'a', 'b'}));
+    EXPECT_EQ(special.prompt(*m.tokenizer, ""), std::vector<int32_t>{});
+    const GenerationResult with_bos =
+        generate_text(*m.model, *m.tokenizer, special, "The union", 6, sampling(0.0f, 1), KvCacheType::f32);
+    EXPECT_EQ(with_bos.prompt_tokens, free_run.prompt_tokens + 1);
+}
+
 TEST(Serve, ARequestGivesTheTokensOfGenerateAloneAndBesideSevenOthers) {
     const TestModel& m = test_model();
     Engine engine(*m.model, *m.tokenizer, EngineOptions{8, 8, 0, KvCacheType::f32});
@@ -120,7 +152,8 @@ TEST(Serve, ARequestGivesTheTokensOfGenerateAloneAndBesideSevenOthers) {
     std::vector<GenerationResult> expected;
     for (size_t i = 0; i < prompts.size(); ++i) {
         const SamplingOptions s = sampling(i % 2 == 0 ? 0.0f : 0.9f, 100 + i);  // greedy and sampled
-        expected.push_back(generate_text(*m.model, *m.tokenizer, prompts[i], 12 + static_cast<int>(i), s, KvCacheType::f32));
+        expected.push_back(generate_text(*m.model, *m.tokenizer, SpecialTokens{}, prompts[i], 12 + static_cast<int>(i),
+                                         s, KvCacheType::f32));
     }
     // Alone.
     auto alone = engine.submit(request(prompts[0], 12, sampling(0.0f, 100)));
@@ -169,7 +202,7 @@ struct RunningServer {
     std::thread thread;
     explicit RunningServer(int parallel, const TestModel& m = test_model())
         : engine(*m.model, *m.tokenizer, EngineOptions{parallel, 0, 0, KvCacheType::f32}),
-          server(engine, *m.tokenizer, "tiny") {
+          server(engine, *m.tokenizer, SpecialTokens{}, "tiny") {
         port = server.bind("127.0.0.1", 0);
         thread = std::thread([this] { server.serve(); });
     }
@@ -256,7 +289,7 @@ TEST(Serve, CompletionsAndTheirStreamsGiveGeneratesText) {
     httplib::Client c = s.client();
     const TestModel& m = test_model();
     const GenerationResult expected =
-        generate_text(*m.model, *m.tokenizer, "Hello", 10, sampling(0.7f, 42), KvCacheType::f32);
+        generate_text(*m.model, *m.tokenizer, SpecialTokens{}, "Hello", 10, sampling(0.7f, 42), KvCacheType::f32);
     const json ask = {{"prompt", "Hello"}, {"max_tokens", 10}, {"temperature", 0.7}, {"seed", 42}, {"top_k", 40},
                       {"top_p", 0.95}};
     const auto whole = c.Post("/v1/completions", dump_json(ask), "application/json");
@@ -301,7 +334,7 @@ TEST(Serve, CompletionsAndTheirStreamsGiveGeneratesText) {
     ASSERT_TRUE(answer && answer->status == 200);
     const json reply = json::parse(answer->body);
     const GenerationResult chat_expected =
-        generate_text(*m.model, *m.tokenizer, apply_chat_template(chat["messages"]), 6, sampling(0, 1),
+        generate_text(*m.model, *m.tokenizer, SpecialTokens{}, apply_chat_template(chat["messages"]), 6, sampling(0, 1),
                       KvCacheType::f32, nullptr, {kChatTurnEnd});
     EXPECT_EQ(reply["choices"][0]["message"]["content"], json::parse(dump_json(chat_expected.text)));
     EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");

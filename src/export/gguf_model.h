@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "io/gguf.h"
 #include "model/parameters.h"
@@ -51,6 +52,7 @@ struct ImportedGguf {
     std::unique_ptr<ModelParameters> model;
     std::unique_ptr<Tokenizer> tokenizer;
     std::string data_dir;  // dqt.data_dir: the dataset the model was trained on; empty when the export named none
+    SpecialTokens special;  // a file from llama.cpp's tools: its BOS and end-of-generation tokens
 };
 
 // Reads a GGUF file that dqt wrote, or a LLaMA GGUF from llama.cpp's tools (no dqt.* keys:

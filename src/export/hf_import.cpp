@@ -226,6 +226,41 @@ std::unique_ptr<Tokenizer> import_hf_tokenizer(const std::string& folder) {
     return read_tokenizer(folder, positive_int(read_json(path), "vocab_size", path, 1 << 20));
 }
 
+// BOS and EOS ids from config.json, where generation_config.json overrides them (eos_token_id
+// may be a list: each ends a generation); add_bos_token from tokenizer_config.json, by default
+// true with a sentencepiece tokenizer.model (LLaMA's tokenizer class adds it) and false with a
+// tokenizer.json. Ids outside the vocabulary are refused.
+SpecialTokens read_special_tokens(const std::string& folder, const nlohmann::json& config, int vocab_size) {
+    nlohmann::json ids = {{"bos_token_id", config.value("bos_token_id", nlohmann::json())},
+                          {"eos_token_id", config.value("eos_token_id", nlohmann::json())}};
+    const std::string generation_path = folder + "/generation_config.json";
+    if (fs::exists(generation_path)) {
+        const nlohmann::json generation = read_json(generation_path);
+        for (const char* key : {"bos_token_id", "eos_token_id"})
+            if (generation.contains(key) && !generation.at(key).is_null()) ids[key] = generation.at(key);
+    }
+    auto token = [&](const nlohmann::json& value, const char* key) {
+        require(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < vocab_size,
+                folder + ": " + key + " " + quote_untrusted(value.dump(), 40) + " is not a token of the vocabulary of " +
+                    std::to_string(vocab_size));
+        return static_cast<int32_t>(value.get<int64_t>());
+    };
+    SpecialTokens special;
+    if (!ids["bos_token_id"].is_null()) special.bos = token(ids["bos_token_id"], "bos_token_id");
+    const nlohmann::json& eos = ids["eos_token_id"];
+    for (const nlohmann::json& value : eos.is_array() ? eos : nlohmann::json::array({eos}))
+        if (!value.is_null()) special.end_of_generation.push_back(token(value, "eos_token_id"));
+    bool add_bos = fs::exists(folder + "/tokenizer.model");
+    const std::string tokenizer_config_path = folder + "/tokenizer_config.json";
+    if (fs::exists(tokenizer_config_path)) {
+        const nlohmann::json tokenizer_config = read_json(tokenizer_config_path);
+        if (tokenizer_config.contains("add_bos_token") && tokenizer_config.at("add_bos_token").is_boolean())
+            add_bos = tokenizer_config.at("add_bos_token").get<bool>();
+    }
+    special.add_bos = add_bos && special.bos >= 0;
+    return special;
+}
+
 ImportedHf import_hf_folder(const std::string& folder) {
     ShardSet shards(folder);
     const bool subln = shards.has("model.layers.0.self_attn.attn_sub_norm.weight");
@@ -235,6 +270,7 @@ ImportedHf import_hf_folder(const std::string& folder) {
     const MethodConfig method = read_method(config_json, config_path);
     ImportedHf imported;
     imported.tokenizer = read_tokenizer(folder, config.vocab_size);
+    imported.special = read_special_tokens(folder, config_json, config.vocab_size);
     imported.model = std::make_unique<ModelParameters>(config, method);
     ModelParameters& model = *imported.model;
     for (const ParamTensor& tensor : model.layout.tensors) {

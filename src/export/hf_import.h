@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "model/parameters.h"
 
@@ -31,6 +32,7 @@ bool is_hf_folder(const std::string& path);
 struct ImportedHf {
     std::unique_ptr<ModelParameters> model;  // fp, or the method of a dqt export
     std::unique_ptr<Tokenizer> tokenizer;
+    SpecialTokens special;  // config.json's and generation_config.json's ids, tokenizer_config.json's add_bos_token
 };
 
 ImportedHf import_hf_folder(const std::string& folder);

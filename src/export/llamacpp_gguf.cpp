@@ -220,6 +220,31 @@ std::unique_ptr<Tokenizer> read_tokenizer(const GgufReader& reader, const FileKe
     }
 }
 
+// BOS and the end-of-generation tokens as llama.cpp reads them from the keys: a BOS before
+// every prompt by default for sentencepiece and LLaMA 3's byte-level vocabularies (unless
+// add_bos_token says otherwise); EOS, end-of-turn and end-of-message end a generation. An id
+// outside the vocabulary is ignored, as llama.cpp ignores it.
+SpecialTokens read_special_tokens(const GgufReader& reader, const FileKeys& keys, int vocab_size) {
+    auto id = [&](const std::string& key) -> int32_t {
+        const GgufValue* value = reader.find(key);
+        if (value == nullptr || value->type != GgufValueType::uint32) return -1;
+        const uint32_t token = value->value.get<uint32_t>();
+        return token < static_cast<uint32_t>(vocab_size) ? static_cast<int32_t>(token) : -1;
+    };
+    SpecialTokens special;
+    special.bos = id("tokenizer.ggml.bos_token_id");
+    const std::string model = reader.string("tokenizer.ggml.model");
+    const std::string pre = reader.find("tokenizer.ggml.pre") ? reader.string("tokenizer.ggml.pre") : "";
+    const bool bos_by_default = model == "llama" || pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
+    special.add_bos = special.bos >= 0 && keys.flag_or("tokenizer.ggml.add_bos_token", bos_by_default);
+    for (const char* key :
+         {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+        const int32_t token = id(key);
+        if (token >= 0 && !special.ends_generation(token)) special.end_of_generation.push_back(token);
+    }
+    return special;
+}
+
 }  // namespace
 
 ImportedGguf import_llamacpp_gguf(const GgufReader& reader) {
@@ -269,6 +294,7 @@ ImportedGguf import_llamacpp_gguf(const GgufReader& reader) {
             write_code(model.code(t), model.method.grid, i, blocks.block_scales[i / block] == 0.0f ? 0 : blocks.codes[i]);
     }
     imported.tokenizer = read_tokenizer(reader, keys, c.vocab_size);
+    imported.special = read_special_tokens(reader, keys, c.vocab_size);
     return imported;
 }
 

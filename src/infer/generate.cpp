@@ -9,13 +9,13 @@
 
 namespace dqt {
 
-GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                               int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
-                               const std::function<void(const std::string&)>& on_text,
+GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const SpecialTokens& special,
+                               const std::string& prompt, int max_new_tokens, const SamplingOptions& sampling,
+                               KvCacheType cache_type, const std::function<void(const std::string&)>& on_text,
                                const std::vector<std::string>& stop) {
     require(max_new_tokens >= 0, "--tokens must not be negative");
     sampling.validate();
-    std::vector<int32_t> tokens = tokenizer.encode(prompt);
+    std::vector<int32_t> tokens = special.prompt(tokenizer, prompt);
     require(!tokens.empty(), "the prompt is empty: give at least one character with --prompt");
     const int context = model.config.seq_len;
     if (static_cast<int>(tokens.size()) >= context)
@@ -25,7 +25,8 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
 
     // The cache holds what this generation can reach, not the whole context the file claims.
     InferenceSession session(model, static_cast<int>(tokens.size()) + budget, cache_type);
-    Generation generation(session, tokenizer, std::move(tokens), max_new_tokens, sampling, stop);
+    Generation generation(session, tokenizer, std::move(tokens), max_new_tokens, sampling, stop,
+                          special.end_of_generation);
     if (on_text) on_text(prompt);  // only now: a refused prompt prints nothing
 
     const auto start = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "infer/generation.h"
 #include "infer/inference_model.h"
@@ -23,10 +24,12 @@ struct GenerationResult {
 // on_text (optional) receives the prompt once it has been run, then each new piece of text as
 // soon as it is decodable (the result's text is the continuation only). dqt::Error for
 // a prompt that leaves no room in the context for a new token; generation stops when the
-// context is full, or before the first of the `stop` strings (infer/generation.h).
-GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const std::string& prompt,
-                               int max_new_tokens, const SamplingOptions& sampling, KvCacheType cache_type,
-                               const std::function<void(const std::string&)>& on_text = nullptr,
+// context is full, before the first of the `stop` strings, or at one of the model's
+// end-of-generation tokens (infer/generation.h); the prompt starts with BOS where the model's
+// files ask for it.
+GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tokenizer, const SpecialTokens& special,
+                               const std::string& prompt, int max_new_tokens, const SamplingOptions& sampling,
+                               KvCacheType cache_type, const std::function<void(const std::string&)>& on_text = nullptr,
                                const std::vector<std::string>& stop = {});
 
 }  // namespace dqt

@@ -19,13 +19,15 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 Generation::Generation(InferenceSession& session, const Tokenizer& tokenizer, std::vector<int32_t> prompt,
-                       int max_new_tokens, const SamplingOptions& sampling, std::vector<std::string> stop)
+                       int max_new_tokens, const SamplingOptions& sampling, std::vector<std::string> stop,
+                       std::vector<int32_t> end_tokens)
     : session_(session),
       tokenizer_(tokenizer),
       vocab_(tokenizer.vocab_size()),
       prompt_(std::move(prompt)),
       sampling_(sampling),
-      stop_(std::move(stop)) {
+      stop_(std::move(stop)),
+      end_tokens_(std::move(end_tokens)) {
     require(max_new_tokens >= 0, "the number of new tokens must not be negative");
     sampling_.validate();
     require(!prompt_.empty(), "the prompt is empty: give at least one character");
@@ -82,6 +84,12 @@ std::string Generation::sample() {
     const float u = uniform01(sampling_.seed, kStreamSample, static_cast<uint32_t>(session_.position()), 0);
     const int32_t next = sample_token(logits_, vocab_, sampling_, u);
     generated_.push_back(next);
+    if (std::find(end_tokens_.begin(), end_tokens_.end(), next) != end_tokens_.end()) {
+        reason_ = FinishReason::stop;
+        std::string rest = text_.substr(shown_);
+        shown_ = text_.size();
+        return rest;
+    }
     // Decoding is token by token (Tokenizer::decode), and only the new text's end can
     // complete a stop string: each step costs its own token, not the continuation so far.
     const size_t old_size = text_.size();

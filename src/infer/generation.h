@@ -15,7 +15,8 @@ namespace dqt {
 enum class FinishReason {
     running,
     length,   // max_new_tokens generated
-    stop,     // a stop string appeared (it and what follows it are not part of the text)
+    stop,     // a stop string appeared (it and what follows it are not part of the text), or an
+              // end-of-generation token was sampled (its text is not part of it)
     context,  // the session is full
 };
 const char* finish_reason_name(FinishReason reason);
@@ -24,8 +25,10 @@ class Generation {
 public:
     // Resets `session` and runs the prompt through it. dqt::Error (nothing run) for an empty
     // prompt, one that leaves the session no room for a new token, or an empty stop string.
+    // end_tokens: the model's end-of-generation tokens (data/special_tokens.h).
     Generation(InferenceSession& session, const Tokenizer& tokenizer, std::vector<int32_t> prompt, int max_new_tokens,
-               const SamplingOptions& sampling, std::vector<std::string> stop = {});
+               const SamplingOptions& sampling, std::vector<std::string> stop = {},
+               std::vector<int32_t> end_tokens = {});
     Generation(const Generation&) = delete;
     Generation& operator=(const Generation&) = delete;
 
@@ -63,6 +66,7 @@ private:
     std::vector<int32_t> prompt_, generated_;
     SamplingOptions sampling_;
     std::vector<std::string> stop_;
+    std::vector<int32_t> end_tokens_;
     int budget_ = 0;  // new tokens this generation may make: max_new_tokens, less where the session ends
     bool budget_is_context_ = false;
     const float* logits_ = nullptr;  // (V) the next token's, valid while running

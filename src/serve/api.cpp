@@ -83,7 +83,8 @@ std::string apply_chat_template(const nlohmann::json& messages) {
 }
 
 CompletionCall parse_completion_request(const std::string& text, bool chat, const std::string& model_name,
-                                        const Tokenizer& tokenizer, const Engine& engine) {
+                                        const Tokenizer& tokenizer, const SpecialTokens& special,
+                                        const Engine& engine) {
     nlohmann::json body;
     try {
         body = nlohmann::json::parse(text);
@@ -115,7 +116,8 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
         prompt = p->get<std::string>();
     }
     GenerationRequest& g = call.generation;
-    g.prompt = tokenizer.encode(prompt);
+    g.prompt = special.prompt(tokenizer, prompt);
+    g.end_tokens = special.end_of_generation;
     if (g.prompt.empty()) throw invalid("the prompt is empty", chat ? "messages" : "prompt");
     const int room = engine.context() - static_cast<int>(g.prompt.size());
     if (room < 1)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/chat_template.h"
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "serve/engine.h"
 
@@ -40,9 +41,11 @@ struct CompletionCall {
 std::string apply_chat_template(const nlohmann::json& messages);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
-// for a model this server does not serve) for anything malformed or out of range.
+// for a model this server does not serve) for anything malformed or out of range. The prompt
+// starts with BOS and the generation ends at an end-of-generation token where `special` says.
 CompletionCall parse_completion_request(const std::string& body, bool chat, const std::string& model_name,
-                                        const Tokenizer& tokenizer, const Engine& engine);
+                                        const Tokenizer& tokenizer, const SpecialTokens& special,
+                                        const Engine& engine);
 
 // OpenAI's finish_reason: "stop" for a stop string, "length" for max_tokens or a full context.
 const char* api_finish_reason(FinishReason reason);

@@ -136,7 +136,8 @@ void Engine::step_all() {
         GenerationRequest& r = slot.work.request;
         try {
             slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
-                                                           r.max_tokens, r.sampling, std::move(r.stop));
+                                                           r.max_tokens, r.sampling, std::move(r.stop),
+                                                           std::move(r.end_tokens));
         } catch (const Error& e) {
             StreamUpdate failed;
             failed.error = e.what();

@@ -39,6 +39,7 @@ struct GenerationRequest {
     int max_tokens = 16;
     SamplingOptions sampling;
     std::vector<std::string> stop;
+    std::vector<int32_t> end_tokens;  // the model's end-of-generation tokens (data/special_tokens.h)
 };
 
 // One update of a request's stream: a piece of text, or the end (with the reason and counts),

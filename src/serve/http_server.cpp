@@ -65,8 +65,12 @@ std::string server_sent_events(const CompletionCall& call, const std::string& id
 
 }  // namespace
 
-ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, std::string model_name)
-    : engine_(engine), tokenizer_(tokenizer), model_name_(std::move(model_name)), http_(std::make_unique<httplib::Server>()) {
+ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      special_(std::move(special)),
+      model_name_(std::move(model_name)),
+      http_(std::make_unique<httplib::Server>()) {
     httplib::Server& http = *http_;
     // One handler thread per stream a client may hold open: every slot and queue place, and a
     // few for the quick routes and the 503s.
@@ -123,7 +127,7 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, std::string mod
         return [this, chat](const httplib::Request& req, httplib::Response& res) {
             try {
                 auto call = std::make_shared<CompletionCall>(
-                    parse_completion_request(req.body, chat, model_name_, tokenizer_, engine_));
+                    parse_completion_request(req.body, chat, model_name_, tokenizer_, special_, engine_));
                 std::shared_ptr<RequestStream> stream = engine_.submit(call->generation);
                 if (!stream)
                     throw ApiError(503, "server_busy",

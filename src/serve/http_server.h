@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "serve/engine.h"
 
@@ -20,7 +21,7 @@ namespace dqt {
 class ApiServer {
 public:
     // model_name: the id /v1/models lists and requests may name.
-    ApiServer(Engine& engine, const Tokenizer& tokenizer, std::string model_name);
+    ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name);
     ~ApiServer();
     // Binds host:port (port 0: any free port); dqt::Error naming the address when it cannot.
     // Returns the bound port.
@@ -32,6 +33,7 @@ public:
 private:
     Engine& engine_;
     const Tokenizer& tokenizer_;
+    const SpecialTokens special_;
     const std::string model_name_;
     std::unique_ptr<httplib::Server> http_;
 };
