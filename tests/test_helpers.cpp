@@ -75,6 +75,19 @@ CommandResult run_command(const std::string& command_line) {
     return result;
 }
 
+ModelConfig small_llama_config(int vocab_size) {
+    ModelConfig c;
+    c.dim = 64;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 2;
+    c.ffn_dim = 64;
+    c.seq_len = 64;
+    c.subln = false;
+    c.vocab_size = vocab_size;
+    return c;
+}
+
 TrainOptions tiny_train_options(const std::string& out_dir) {
     TrainOptions o;
     o.data_dir = tiny_dataset_dir();

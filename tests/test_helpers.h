@@ -36,6 +36,10 @@ const std::string& tiny_dataset_dir();
 // Options of a run that trains in about a second.
 TrainOptions tiny_train_options(const std::string& out_dir);
 
+// A 64-wide one-block LLaMA without SubLN (llama.cpp's `llama` graph) over `vocab_size` tokens:
+// for tests of what goes around a model (tokenizers, file keys), not of its arithmetic.
+ModelConfig small_llama_config(int vocab_size);
+
 // The seed of a randomised test: DQT_TEST_SEED when set, else a fixed default, so that every
 // run replays; a test puts seed_trace(seed) in its SCOPED_TRACE so a failure names it.
 uint64_t test_seed();

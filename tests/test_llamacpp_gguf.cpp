@@ -230,15 +230,7 @@ TEST(LlamaCppGguf, ByteLevelVocabulariesReadBackWithoutDqtKeys) {
         const std::unique_ptr<Tokenizer> tokenizer =
             style == "byte" ? make_byte_tokenizer()
                             : load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
-        ModelConfig c;
-        c.dim = 64;
-        c.n_layers = 1;
-        c.n_heads = 2;
-        c.n_kv_heads = 2;
-        c.ffn_dim = 64;
-        c.subln = false;
-        c.vocab_size = tokenizer->vocab_size();
-        ModelParameters model(c, MethodConfig{});
+        ModelParameters model(dqt::testing::small_llama_config(tokenizer->vocab_size()), MethodConfig{});
         model.initialize(3);
         const std::string exported = dir / "model.gguf";
         export_gguf(model, *tokenizer, GgufExportOptions{}, exported);

@@ -103,6 +103,23 @@ DqtRun run_dqt(const ModelParameters& parameters, const std::vector<int32_t>& pr
     return run;
 }
 
+// dqt's next-token distribution after each prompt, and its greedy continuation, against
+// llama.cpp's answer for the same prompts; prints the largest probability difference.
+void expect_same_prompts(const ModelParameters& model, const std::vector<std::vector<int32_t>>& prompts,
+                         const nlohmann::json& response, const std::string& label) {
+    for (size_t p = 0; p < prompts.size(); ++p) {
+        const DqtRun ours = run_dqt(model, prompts[p]);
+        std::vector<float> their_logits;
+        for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
+        const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
+        double worst = 0.0;
+        for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
+        EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
+        EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
+        std::printf("[ interop ] %s, prompt %zu: largest probability difference %.2e\n", label.c_str(), p, worst);
+    }
+}
+
 // ---- whole-text agreement ------------------------------------------------------------------
 
 struct TextAgreement {
@@ -267,18 +284,7 @@ void expect_same_in_llamacpp(const LoadedModel& trained, const GgufExportOptions
     EXPECT_EQ(description.find("guessed"), std::string::npos) << description;
     // The byte vocabulary's EOS, byte 0, is what ends generation (llama.cpp's default is 11).
     EXPECT_EQ(response["model"]["end_of_generation"], nlohmann::json({0}));
-    for (size_t p = 0; p < prompts.size(); ++p) {
-        const DqtRun ours = run_dqt(*imported.model, prompts[p]);
-        std::vector<float> their_logits;
-        for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
-        const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
-        double worst = 0.0;
-        for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
-        EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
-        EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
-        std::printf("[ interop ] %s, prompt %zu: largest probability difference %.2e\n",
-                    trained.model->method.label().c_str(), p, worst);
-    }
+    expect_same_prompts(*imported.model, prompts, response, trained.model->method.label());
     for (size_t t = 0; t < kTexts.size(); ++t)
         EXPECT_EQ(response["tokenized"][t].get<std::vector<int32_t>>(), trained.tokenizer->encode(kTexts[t]))
             << "text " << t;
@@ -539,16 +545,7 @@ TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
         EXPECT_EQ(response["model"]["bos"], imported.special.bos);
         EXPECT_TRUE(imported.special.add_bos);  // sentencepiece's default in llama.cpp
         EXPECT_EQ(response["tokenized"].get<std::vector<std::vector<int32_t>>>(), ids);
-        for (size_t p = 0; p < prompts.size(); ++p) {
-            const DqtRun ours = run_dqt(*imported.model, prompts[p]);
-            std::vector<float> their_logits;
-            for (const auto& v : response["prompts"][p]["logits"]) their_logits.push_back(v.get<float>());
-            const std::vector<double> theirs = softmax(their_logits.data(), static_cast<int>(their_logits.size()));
-            double worst = 0.0;
-            for (size_t i = 0; i < theirs.size(); ++i) worst = std::max(worst, std::fabs(theirs[i] - ours.probabilities[i]));
-            EXPECT_LT(worst, kMaxProbabilityDifference) << "prompt " << p;
-            EXPECT_EQ(response["prompts"][p]["greedy"].get<std::vector<int32_t>>(), ours.greedy) << "prompt " << p;
-        }
+        expect_same_prompts(*imported.model, prompts, response, file.name);
         const TextBounds bounds = converted_bounds(file.file_type);
         const TextAgreement same = compare_text(*imported.model, inputs, targets, response["sequences"]);
         std::printf("[ interop ] %s: %d positions, mean log-likelihood dqt %.6f, llama.cpp %.6f, relative "
@@ -579,16 +576,7 @@ TEST(LlamaCppInterop, ByteLevelBpeVocabularyTokenizesTheSame) {
     for (const std::string style : {"llama3", "gpt2"}) {
         SCOPED_TRACE(style);
         const auto tokenizer = load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
-        ModelConfig config;
-        config.dim = 64;
-        config.n_layers = 1;
-        config.n_heads = 2;
-        config.n_kv_heads = 2;
-        config.ffn_dim = 64;
-        config.seq_len = 64;
-        config.subln = false;
-        config.vocab_size = tokenizer->vocab_size();
-        ModelParameters model(config, MethodConfig{});
+        ModelParameters model(dqt::testing::small_llama_config(tokenizer->vocab_size()), MethodConfig{});
         model.initialize(3);
         const std::string gguf = dir / "bpe.gguf";
         export_gguf(model, *tokenizer, GgufExportOptions{}, gguf);
