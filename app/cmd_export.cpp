@@ -44,7 +44,7 @@ void export_safetensors(const ExportArgs& args) {
     const ModelFile loaded = load_model_file(args.checkpoint);
     const std::unique_ptr<ModelParameters> ternary = ternary_version(loaded, args);
     const ModelParameters& model = ternary ? *ternary : *loaded.model;
-    const HfExportSummary summary = export_hf_folder(model, *loaded.tokenizer, out);
+    const HfExportSummary summary = export_hf_folder(model, *loaded.tokenizer, loaded.special, out);
     std::printf("wrote %s: Hugging Face %s (%s), %zu tensors in model.safetensors, %.2f MiB\n", out.c_str(),
                 summary.architecture.c_str(), model.method.label().c_str(), summary.tensors,
                 static_cast<double>(summary.bytes) / (1024.0 * 1024.0));
@@ -94,6 +94,7 @@ void add_export_command(CLI::App& app) {
                 "--out " + out + " is the input file itself: export writes a new file, choose another name");
         const ModelFile loaded = load_model_file(args->checkpoint);
         options.data_dir = loaded.data_dir;
+        options.special = loaded.special;
         const std::unique_ptr<ModelParameters> ternary = ternary_version(loaded, *args);
         const ModelParameters& model = ternary ? *ternary : *loaded.model;
         const GgufExportSummary summary = export_gguf(model, *loaded.tokenizer, options, out);

@@ -63,6 +63,7 @@ InitialModel load_initial_model(const CLI::App& command, TrainArgs& args) {
     ModelConfig shape = file.model->config;
     if (command.count("--seq-len") > 0) shape.seq_len = args.model_flags.seq_len;
     args.options.model = shape;
+    args.options.special_tokens = file.special;  // kept in the checkpoint, written again by export
     return {std::move(file.model), std::move(file.tokenizer)};
 }
 

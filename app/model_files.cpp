@@ -35,7 +35,8 @@ ModelFile load_model_file(const std::string& path) {
                 std::move(imported.special)};
     }
     LoadedModel loaded = load_model_checkpoint(path);
-    return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step};
+    return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step,
+            loaded.options.special_tokens};
 }
 
 }  // namespace dqt::cli

@@ -15,7 +15,7 @@ struct ModelFile {
     std::unique_ptr<Tokenizer> tokenizer;
     std::string data_dir;  // the dataset the model was trained on; empty when the file names none
     int step = 0;          // optimizer steps of the run; 0 for a GGUF file
-    SpecialTokens special;  // what the file names (imported models; none for dqt's own)
+    SpecialTokens special;  // an imported model's, or those a run kept from its --init-from model
 };
 
 // A Hugging Face folder (config.json inside: export/hf_import.h), a GGUF file by its magic

@@ -343,7 +343,7 @@ std::string hf_folder(const std::string& scratch_dir, const std::string& name) {
     const std::string folder = scratch_dir + "/" + name;
     if (std::filesystem::exists(folder + "/model.safetensors")) return folder;
     std::filesystem::remove_all(folder);
-    export_hf_folder(*tiny_ternary_model(16, true), *make_byte_tokenizer(), folder);
+    export_hf_folder(*tiny_ternary_model(16, true), *make_byte_tokenizer(), SpecialTokens{}, folder);
     return folder;
 }
 

@@ -125,7 +125,7 @@ TEST(HfExport, WhatItImportsExportsToTheSameBytes) {
         SCOPED_TRACE(name);
         const ImportedHf imported = import_hf_folder(kGolden + name);
         const std::string out = root / name;
-        const HfExportSummary summary = export_hf_folder(*imported.model, *imported.tokenizer, out);
+        const HfExportSummary summary = export_hf_folder(*imported.model, *imported.tokenizer, imported.special, out);
         EXPECT_EQ(summary.architecture, name == "llama-fp" ? "LlamaForCausalLM" : "BitNetForCausalLM");
         for (const auto& file : std::filesystem::directory_iterator(out)) {
             const std::string file_name = file.path().filename().string();
@@ -168,7 +168,7 @@ TEST(HfExport, EveryMethodComesBackBitForBit) {
         ModelParameters model(config, methods[k]);
         model.initialize(100 + k);
         const std::string out = root / std::to_string(k);
-        export_hf_folder(model, *tokenizer, out);
+        export_hf_folder(model, *tokenizer, SpecialTokens{}, out);
         expect_same_weights(model, *import_hf_folder(out).model);
     }
 }
@@ -179,7 +179,7 @@ TEST(HfExport, RefusesDamageWithOneLineAndKeepsWhatExists) {
     const std::string taken = root / "taken";
     std::filesystem::create_directory(taken);
     std::ofstream(taken + "/notes.txt") << "mine";
-    expect_error([&] { export_hf_folder(*ternary.model, *ternary.tokenizer, taken); }, "is not an empty folder");
+    expect_error([&] { export_hf_folder(*ternary.model, *ternary.tokenizer, SpecialTokens{}, taken); }, "is not an empty folder");
     EXPECT_EQ(dqt::testing::read_bytes(taken + "/notes.txt"), "mine");
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root.path), {}), 1);  // no temporary left
 

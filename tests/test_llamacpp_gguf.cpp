@@ -15,10 +15,12 @@
 #include "data/byte_level_bpe.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
+#include "export/hf_import.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
 #include "quant/f16.h"
 #include "test_helpers.h"
+#include "train/model_checkpoint.h"
 
 using namespace dqt;
 using dqt::testing::TempDir;
@@ -259,7 +261,8 @@ TEST(LlamaCppGguf, ALlamaVocabularyKeepsItsDummyPrefixThroughExport) {
     EXPECT_EQ(GgufReader(kConverted + "tiny-q8_0.gguf").find("tokenizer.ggml.add_space_prefix"), nullptr);
     const std::string exported = dir / "exported.gguf";
     export_gguf(*imported.model, *imported.tokenizer, GgufExportOptions{}, exported);
-    const GgufValue* prefix = GgufReader(exported).find("tokenizer.ggml.add_space_prefix");
+    const GgufReader exported_file(exported);
+    const GgufValue* prefix = exported_file.find("tokenizer.ggml.add_space_prefix");
     ASSERT_NE(prefix, nullptr);
     EXPECT_EQ(prefix->value, true);
     FileEdit without_dqt_keys;
@@ -272,4 +275,38 @@ TEST(LlamaCppGguf, ALlamaVocabularyKeepsItsDummyPrefixThroughExport) {
         EXPECT_EQ(foreign.tokenizer->encode(texts[t]), ids[t]) << texts[t];
         EXPECT_EQ(imported.tokenizer->decode(ids[t]), (texts[t].empty() ? "" : " ") + texts[t]);
     }
+}
+
+// The workflow of 30's issue on a llama.cpp file: its special tokens (BOS 1 added to prompts,
+// EOS 2) survive `dqt data --tokenizer-from`, a fine-tuning run's checkpoint and both exports,
+// where other engines read them (GGUF keys; config.json, generation_config.json and
+// tokenizer_config.json) and dqt reads them back.
+TEST(LlamaCppGguf, SpecialTokensSurviveFineTuningAndExport) {
+    TempDir root("llamacpp-gguf-special");
+    const std::string model = kConverted + "tiny-q8_0.gguf";
+    const SpecialTokens original = import_gguf(model).special;
+    ASSERT_EQ(original.bos, 1);
+    ASSERT_TRUE(original.add_bos);
+    ASSERT_EQ(original.end_of_generation, std::vector<int32_t>{2});
+    dqt::testing::write_tiny_corpus(root / "corpus", 12);
+    const std::string dqt = DQT_BINARY, data = root / "data", run = root / "run";
+    for (const std::string& command :
+         {dqt + " data --corpus " + root / "corpus" + " --tokenizer-from " + model + " --out " + data,
+          dqt + " train --init-from " + model + " --data " + data + " --out " + run +
+              " --method dqt --bits 1.58 --seq-len 32 --batch 2 --steps 2 --eval-tokens 256 --quiet --no-sample",
+          dqt + " export " + run + "/checkpoint.dqt --out " + run + "/model.gguf",
+          dqt + " export " + run + "/checkpoint.dqt --format safetensors --out " + run + "/hf",
+          dqt + " generate " + run + "/model.gguf --prompt 'The weights' --tokens 4"}) {
+        const dqt::testing::CommandResult result = dqt::testing::run_command(command);
+        ASSERT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+    }
+    auto same = [&](const SpecialTokens& s) {
+        return s.bos == original.bos && s.add_bos == original.add_bos && s.end_of_generation == original.end_of_generation;
+    };
+    EXPECT_TRUE(same(load_model_checkpoint(run + "/checkpoint.dqt").options.special_tokens));
+    EXPECT_TRUE(same(import_gguf(run + "/model.gguf").special));
+    EXPECT_TRUE(same(import_hf_folder(run + "/hf").special));
+    const GgufReader exported(run + "/model.gguf");
+    EXPECT_EQ(exported.u32("tokenizer.ggml.bos_token_id"), 1u);
+    EXPECT_EQ(exported.u32("tokenizer.ggml.eos_token_id"), 2u);
 }

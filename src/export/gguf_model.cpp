@@ -152,6 +152,20 @@ void write_tokenizer(GgufWriter& out, const Tokenizer& tokenizer) {
     out.set_bool("tokenizer.ggml.add_space_prefix", tokenizer.decode(probe) == " a");
 }
 
+// An imported model's special tokens replace the tokenizer's stand-ins (byte 0): llama.cpp
+// starts prompts with BOS when add_bos_token says so and ends generation at EOS and EOT; dqt
+// reads them back from dqt.special_tokens.
+void write_special_tokens(GgufWriter& out, const SpecialTokens& special, int vocab_size) {
+    if (special.empty()) return;
+    special.check(vocab_size, "export");
+    if (special.bos >= 0) out.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(special.bos));
+    out.set_bool("tokenizer.ggml.add_bos_token", special.add_bos);
+    const std::vector<int32_t>& ends = special.end_of_generation;
+    if (!ends.empty()) out.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(ends[0]));
+    if (ends.size() > 1) out.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(ends[1]));
+    out.set_string("dqt.special_tokens", nlohmann::json(special).dump());
+}
+
 // ---- tensors ------------------------------------------------------------------------------
 
 GgufTensor float_tensor(const std::string& name, std::vector<int64_t> ne, const std::vector<float>& values,
@@ -291,6 +305,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     out.set_string("dqt.source_method", source.method.label());
     if (!options.data_dir.empty()) out.set_string("dqt.data_dir", options.data_dir);
     write_tokenizer(out, tokenizer);
+    write_special_tokens(out, options.special, c.vocab_size);
 
     auto add = [&](GgufTensor tensor) {
         summary.tensor_types.push_back(tensor.type);
@@ -401,6 +416,14 @@ ImportedGguf import_gguf(const std::string& path) {
     imported.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
     require(imported.tokenizer->vocab_size() == c.vocab_size,
             "GGUF file " + path + ": the tokenizer's vocabulary does not match the model's");
+    if (reader.find("dqt.special_tokens")) {
+        try {
+            imported.special = nlohmann::json::parse(reader.string("dqt.special_tokens")).get<SpecialTokens>();
+        } catch (const nlohmann::json::exception& e) {
+            throw Error("GGUF file " + path + ": dqt.special_tokens is malformed (" + quote_untrusted(e.what(), 120) + ")");
+        }
+        imported.special.check(c.vocab_size, "GGUF file " + path);
+    }
     return imported;
 }
 

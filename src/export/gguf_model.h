@@ -35,6 +35,7 @@ struct GgufExportOptions {
     GgufTernaryFormat ternary = GgufTernaryFormat::tq2_0;
     GgufFloatFormat floats = GgufFloatFormat::f32;
     std::string data_dir;  // the dataset the model was trained on (dqt.data_dir: `dqt eval`'s default)
+    SpecialTokens special;  // an imported model's BOS and end-of-generation tokens (none: dqt's defaults)
 };
 
 struct GgufExportSummary {
@@ -52,7 +53,7 @@ struct ImportedGguf {
     std::unique_ptr<ModelParameters> model;
     std::unique_ptr<Tokenizer> tokenizer;
     std::string data_dir;  // dqt.data_dir: the dataset the model was trained on; empty when the export named none
-    SpecialTokens special;  // a file from llama.cpp's tools: its BOS and end-of-generation tokens
+    SpecialTokens special;  // BOS and end-of-generation tokens (none for a model dqt trained)
 };
 
 // Reads a GGUF file that dqt wrote, or a LLaMA GGUF from llama.cpp's tools (no dqt.* keys:

@@ -82,9 +82,11 @@ json byte_tokenizer_json() {
               {"merges", json::array()}}}};
 }
 
-void write_tokenizer_files(const Tokenizer& tokenizer, int context, const std::string& folder) {
-    // dqt feeds no BOS and ends no document with EOS (documents are joined by text, data/dataset.h).
-    json config = {{"add_bos_token", false}, {"add_eos_token", false}, {"model_max_length", context}};
+void write_tokenizer_files(const Tokenizer& tokenizer, const SpecialTokens& special, int context,
+                           const std::string& folder) {
+    // dqt feeds no BOS and ends no document with EOS (documents are joined by text, data/dataset.h);
+    // an imported model's prompts start with BOS where its files said so.
+    json config = {{"add_bos_token", special.add_bos}, {"add_eos_token", false}, {"model_max_length", context}};
     if (tokenizer.kind() == "bpe") {
         write_file_atomic(folder + "/tokenizer.model", tokenizer.serialize());
         config["tokenizer_class"] = "LlamaTokenizer";
@@ -153,7 +155,8 @@ private:
 
 }  // namespace
 
-HfExportSummary export_hf_folder(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& folder) {
+HfExportSummary export_hf_folder(const ModelParameters& model, const Tokenizer& tokenizer, const SpecialTokens& special,
+                                 const std::string& folder) {
     require(tokenizer.vocab_size() == model.config.vocab_size,
             "export: the tokenizer's vocabulary does not match the model's");
     const fs::path destination = fs::path(folder).lexically_normal();
@@ -166,11 +169,18 @@ HfExportSummary export_hf_folder(const ModelParameters& model, const Tokenizer& 
 
     TemporaryFolder temporary(destination.string() + ".tmp." + std::to_string(::getpid()));
     const std::string& out = temporary.path();
-    const json config = hf_config(model);
+    special.check(model.config.vocab_size, "export");
+    json config = hf_config(model);
+    json generation = {{"max_length", model.config.seq_len}};
+    for (json* file : {&config, &generation}) {
+        if (special.bos >= 0) (*file)["bos_token_id"] = special.bos;
+        const std::vector<int32_t>& ends = special.end_of_generation;
+        if (ends.size() == 1) (*file)["eos_token_id"] = ends[0];
+        if (ends.size() > 1) (*file)["eos_token_id"] = ends;
+    }
     write_file_atomic(out + "/config.json", config.dump(2) + "\n");
-    write_file_atomic(out + "/generation_config.json",
-                      json{{"max_length", model.config.seq_len}}.dump(2) + "\n");
-    write_tokenizer_files(tokenizer, model.config.seq_len, out);
+    write_file_atomic(out + "/generation_config.json", generation.dump(2) + "\n");
+    write_tokenizer_files(tokenizer, special, model.config.seq_len, out);
     const std::vector<SafetensorsTensor> tensors = hf_tensors(model);
     write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
 

@@ -25,6 +25,7 @@
 // export leaves no half-written folder; an existing non-empty destination is refused.
 #include <string>
 
+#include "data/special_tokens.h"
 #include "data/tokenizer.h"
 #include "model/parameters.h"
 
@@ -36,6 +37,9 @@ struct HfExportSummary {
     size_t bytes = 0;          // of model.safetensors
 };
 
-HfExportSummary export_hf_folder(const ModelParameters& model, const Tokenizer& tokenizer, const std::string& folder);
+// special: an imported model's BOS and EOS ids (config.json, generation_config.json) and whether
+// prompts start with BOS (tokenizer_config.json's add_bos_token); none for a model dqt trained.
+HfExportSummary export_hf_folder(const ModelParameters& model, const Tokenizer& tokenizer, const SpecialTokens& special,
+                                 const std::string& folder);
 
 }  // namespace dqt

@@ -76,7 +76,8 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"log_every", o.log_every},
                        {"checkpoint_every", o.checkpoint_every},
                        {"seed", o.seed},
-                       {"init_from", o.init_from}};
+                       {"init_from", o.init_from},
+                       {"special_tokens", o.special_tokens}};
 }
 
 void from_json(const nlohmann::json& j, TrainOptions& o) {
@@ -109,6 +110,8 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.seed = j.at("seed").get<uint64_t>();
         // Absent from checkpoints written before --init-from existed: weights from the seed.
         o.init_from = j.value("init_from", std::string());
+        // Absent from checkpoints written before special tokens were kept: none.
+        if (j.contains("special_tokens")) o.special_tokens = j.at("special_tokens").get<SpecialTokens>();
     } catch (const nlohmann::json::exception& e) {
         throw Error("training options in checkpoint are incomplete or malformed (" + quote_untrusted(e.what(), 120) + ")");
     }

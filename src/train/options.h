@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data/special_tokens.h"
 #include "data_parallel/compression.h"
 #include "model/config.h"
 #include "model/method.h"
@@ -36,6 +37,7 @@ struct TrainOptions {
     int checkpoint_every = 200;  // steps; 0 = only at the end
     uint64_t seed = 1234;
     std::string init_from;    // the model file the weights started from (--init-from); empty: the seed
+    SpecialTokens special_tokens;  // the --init-from model's (an imported model's BOS and EOS); none otherwise
 
     // Throws dqt::Error naming the first impossible setting.
     void validate() const;
