@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace dqt {
 
 using ExactSum = __int128;
@@ -14,7 +16,7 @@ inline constexpr int kExactSumFractionBits = 40;
 inline constexpr int kExactSumTermBits = 12;  // |term| <= 4096, so 2^10 terms fit an int64 (2^62)
 
 // x in fixed point, truncated toward zero. Branch-free, so that loops of it vectorise.
-inline int64_t exact_term(double x) {
+DQT_HOST_DEVICE inline int64_t exact_term(double x) {
     constexpr double kOne = static_cast<double>(int64_t{1} << kExactSumFractionBits);
     constexpr double kLimit = static_cast<double>(int64_t{1} << kExactSumTermBits) * kOne;
     double y = x * kOne;

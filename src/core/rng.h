@@ -5,11 +5,14 @@
 #include <array>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace dqt {
 
 // Four 32-bit words from Philox4x32-10 with key (seed) and counter (index, stream, step).
-// Inline: hot loops (stochastic rounding) draw from it and may vectorise across draws.
-inline std::array<uint32_t, 4> philox4x32(uint64_t seed, uint32_t stream, uint32_t step, uint64_t index) {
+// Inline: hot loops (stochastic rounding) draw from it and may vectorise across draws; the
+// CUDA update kernel (src/cuda/) calls the same function.
+DQT_HOST_DEVICE inline std::array<uint32_t, 4> philox4x32(uint64_t seed, uint32_t stream, uint32_t step, uint64_t index) {
     constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
     constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
     uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = stream, c3 = step;

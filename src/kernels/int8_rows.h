@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
 #include "core/memory.h"
 
 namespace dqt {
@@ -23,7 +24,7 @@ float quantize_row_int8(const float* x, int cols, int8_t* a, int32_t* sum_out);
 // The output scale of an integer product: out = int8_output_factor(w, s) * (integer dot), for
 // weights W = q * weight_scale and activations x ~ a / s. Every integer path and the training
 // forward use this one expression, so their float epilogues round alike.
-inline float int8_output_factor(float weight_scale, float activation_scale) { return weight_scale / activation_scale; }
+DQT_HOST_DEVICE inline float int8_output_factor(float weight_scale, float activation_scale) { return weight_scale / activation_scale; }
 
 // Activation rows quantized for the integer kernels.
 struct Int8Rows {

@@ -10,25 +10,24 @@ AdamBias::AdamBias(const AdamWConfig& config, int64_t t)
     : bias1(1.0f - std::pow(config.beta1, static_cast<float>(t))),
       bias2(1.0f - std::pow(config.beta2, static_cast<float>(t))) {}
 
-AdamWStep::AdamWStep(const AdamWConfig& config, float lr, int64_t t, bool decay)
-    : b1_(config.beta1), b2_(config.beta2), eps_(config.eps) {
+AdamWStep::AdamWStep(const AdamWConfig& config, float lr, int64_t t, bool decay) {
     const AdamBias bias(config, t);
-    step_size_ = lr / bias.bias1;
-    inv_sqrt_bias2_ = 1.0f / std::sqrt(bias.bias2);
-    keep_ = decay ? 1.0f - lr * config.weight_decay : 1.0f;
+    k_.step_size = lr / bias.bias1;
+    k_.inv_sqrt_bias2 = 1.0f / std::sqrt(bias.bias2);
+    k_.keep = decay ? 1.0f - lr * config.weight_decay : 1.0f;
+    k_.b1 = config.beta1;
+    k_.b2 = config.beta2;
+    k_.eps = config.eps;
 }
 
 void AdamWStep::apply(float* w, const float* g, TensorMoments& moments, size_t first, size_t last) const {
     for_each_moment_block(moments, first, last, [&](size_t block_first, size_t block_last, auto* m, auto* v) {
         for (size_t i = block_first; i < block_last; ++i) {
             const size_t j = i - block_first;
-            const float g_i = g[i - first];
-            const float m_i = b1_ * load_moment(m, j) + (1.0f - b1_) * g_i;
-            const float v_i = b2_ * load_moment(v, j) + (1.0f - b2_) * g_i * g_i;
+            float m_i = load_moment(m, j), v_i = load_moment(v, j);
+            w[i] = adamw_element(k_, w[i], g[i - first], m_i, v_i);
             store_moment(m, j, m_i);
             store_moment(v, j, v_i);
-            const float denom = std::sqrt(v_i) * inv_sqrt_bias2_ + eps_;
-            w[i] = w[i] * keep_ - step_size_ * m_i / denom;
         }
     });
 }

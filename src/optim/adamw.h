@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "optim/optimizer_state.h"
+#include "optim/update_elements.h"
 
 namespace dqt {
 
@@ -29,9 +30,10 @@ public:
     AdamWStep(const AdamWConfig& config, float lr, int64_t t, bool decay);
     // Elements [first, last) of weights w and moments (any storage); g points at element first.
     void apply(float* w, const float* g, TensorMoments& moments, size_t first, size_t last) const;
+    const AdamWConstants& constants() const { return k_; }
 
 private:
-    float step_size_, inv_sqrt_bias2_, keep_, b1_, b2_, eps_;
+    AdamWConstants k_;
 };
 
 // Scalar float64 reference of the same update (tests compare against it).

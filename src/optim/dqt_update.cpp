@@ -12,7 +12,7 @@ namespace dqt {
 
 namespace {
 
-using UpdateConstants = DqtStep::Constants;
+using UpdateConstants = DqtStepConstants;
 
 // Elements [first, last) (first a multiple of 4; g, m, v point at element first) in blocks:
 // codes decoded into a small array, the arithmetic in a loop that vectorises, codes written
@@ -25,10 +25,9 @@ template <typename Moment>
 inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, int8_t* r,
                          size_t first, size_t last, ExactSum* dot) {
     constexpr size_t kBlock = 256;
-    const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
     const float inv_old_scale = 1.0f / k.old_scale;
     float q[kBlock];  // codes as floats, then the new codes
-    float u[kBlock];  // rounding uniforms
+    float u[kBlock] = {};  // rounding uniforms (stay 0 under nearest rounding, which ignores them)
     for (size_t begin = first; begin < last; begin += kBlock) {
         const size_t n = std::min(kBlock, last - begin);
         for (size_t i = 0; i < n; ++i) q[i] = static_cast<float>(read_code(codes, k.grid, begin + i));
@@ -52,20 +51,10 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
             for (size_t i = 0; i < n; ++i) q[i] += static_cast<float>(r_block[i]) * k.inv_residual_steps;
         }
         for (size_t i = 0; i < n; ++i) {
-            const float m_i = k.b1 * load_moment(m_block, i) + (1.0f - k.b1) * g_block[i];
-            const float v_i = k.b2 * load_moment(v_block, i) + (1.0f - k.b2) * g_block[i] * g_block[i];
+            float m_i = load_moment(m_block, i), v_i = load_moment(v_block, i);
+            q[i] = dqt_update_element(k, inv_old_scale, q[i], g_block[i], m_i, v_i, u[i], r_block ? &r_block[i] : nullptr);
             store_moment(m_block, i, m_i);
             store_moment(v_block, i, v_i);
-            const float stepped = q[i] * inv_old_scale - k.step_size * m_i / (std::sqrt(v_i) + k.eps);
-            const float x = std::min(std::max(stepped * k.keep * k.new_scale, qn), qp);
-            if (!r_block) {
-                q[i] = k.stochastic ? stochastic_round(x, u[i]) : nearest_round(x);
-                continue;
-            }
-            const float fine = x * k.residual_steps;  // in [qn R, qp R]
-            const float rounded = k.stochastic ? stochastic_round(fine, u[i]) : nearest_round(fine);
-            q[i] = std::floor((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
-            r_block[i] = static_cast<int8_t>(rounded - q[i] * k.residual_steps);             // in [-R/2, R/2)
         }
         for (size_t i = 0; i < n; ++i) write_code(codes, k.grid, begin + i, static_cast<int>(q[i]));
     }
@@ -91,29 +80,45 @@ void update_range_any(const UpdateConstants& k, uint8_t* codes, const float* g, 
 
 }  // namespace
 
+DqtStepConstants dqt_step_constants(const CodeGrid& grid, float old_scale, int top_code, const AdamWConfig& config,
+                                    float lr, int64_t t, const DqtRounding& rounding, int tensor_id) {
+    DqtStepConstants k;
+    const AdamBias bias(config, t);
+    k.learned_scale = rounding.scale_rule == ScaleRule::learned;
+    k.grid = grid;
+    k.old_scale = old_scale;
+    k.new_scale = k.learned_scale ? old_scale : reference_rule_scale(old_scale, grid.qp(), top_code);
+    k.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
+    k.keep = 1.0f - lr * config.weight_decay;
+    k.b1 = config.beta1;
+    k.b2 = config.beta2;
+    k.eps = config.eps;
+    k.stochastic = rounding.mode == Rounding::stochastic;
+    k.seed = rounding.seed;
+    k.t = t;
+    k.tensor_id = tensor_id;
+    k.residual_steps = rounding.residual_bits > 0 ? static_cast<float>(1 << rounding.residual_bits) : 0.0f;
+    k.inv_residual_steps = rounding.residual_bits > 0 ? 1.0f / k.residual_steps : 0.0f;
+    return k;
+}
+
+float learned_scale_after_step(const DqtStepConstants& k, float* scale_moments, double code_gradient_dot) {
+    const float grid_step = 1.0f / k.old_scale;
+    const float g = grid_step * static_cast<float>(code_gradient_dot);  // dL/dlog d
+    float& m = scale_moments[0];
+    float& v = scale_moments[1];
+    m = k.b1 * m + (1.0f - k.b1) * g;
+    v = k.b2 * v + (1.0f - k.b2) * g * g;
+    const float log_step_change = -k.step_size * m / (std::sqrt(v) + k.eps);
+    return k.old_scale * std::exp(-log_step_change);  // s = 1 / d
+}
+
 DqtStep::DqtStep(const CodedTensor& tensor, const AdamWConfig& config, float lr, int64_t t,
                  const DqtRounding& rounding)
     : tensor_(tensor) {
-    const CodeGrid grid = tensor.grid;
-    const float old_scale = *tensor.scale;
-    k_.learned_scale = rounding.scale_rule == ScaleRule::learned;
     // The learned rule rounds in the old grid: no top code to look for.
-    const int top = k_.learned_scale ? 0 : max_code(tensor.codes, tensor.count, grid);
-    const AdamBias bias(config, t);
-    k_.grid = grid;
-    k_.old_scale = old_scale;
-    k_.new_scale = top > 0 ? old_scale * static_cast<float>(grid.qp()) / static_cast<float>(top) : old_scale;
-    k_.step_size = lr * std::sqrt(bias.bias2) / bias.bias1;
-    k_.keep = 1.0f - lr * config.weight_decay;
-    k_.b1 = config.beta1;
-    k_.b2 = config.beta2;
-    k_.eps = config.eps;
-    k_.stochastic = rounding.mode == Rounding::stochastic;
-    k_.seed = rounding.seed;
-    k_.t = t;
-    k_.tensor_id = tensor.tensor_id;
-    k_.residual_steps = rounding.residual_bits > 0 ? static_cast<float>(1 << rounding.residual_bits) : 0.0f;
-    k_.inv_residual_steps = rounding.residual_bits > 0 ? 1.0f / k_.residual_steps : 0.0f;
+    const int top = rounding.scale_rule == ScaleRule::learned ? 0 : max_code(tensor.codes, tensor.count, tensor.grid);
+    k_ = dqt_step_constants(tensor.grid, *tensor.scale, top, config, lr, t, rounding, tensor.tensor_id);
 }
 
 void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t last,
@@ -138,18 +143,8 @@ void DqtStep::apply(const float* g, TensorMoments& moments, size_t first, size_t
 }
 
 void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
-    if (!k_.learned_scale) {
-        *tensor_.scale = k_.new_scale;
-        return;
-    }
-    const float grid_step = 1.0f / k_.old_scale;
-    const float g = grid_step * static_cast<float>(code_gradient_dot);  // dL/dlog d
-    float& m = moments.scale_moments[0];
-    float& v = moments.scale_moments[1];
-    m = k_.b1 * m + (1.0f - k_.b1) * g;
-    v = k_.b2 * v + (1.0f - k_.b2) * g * g;
-    const float log_step_change = -k_.step_size * m / (std::sqrt(v) + k_.eps);
-    *tensor_.scale = k_.old_scale * std::exp(-log_step_change);  // s = 1 / d
+    *tensor_.scale = k_.learned_scale ? learned_scale_after_step(k_, moments.scale_moments, code_gradient_dot)
+                                      : k_.new_scale;
 }
 
 void snap_with_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,

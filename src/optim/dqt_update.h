@@ -20,6 +20,7 @@
 #include "core/exact_sum.h"
 #include "model/method.h"
 #include "optim/adamw.h"
+#include "optim/update_elements.h"
 #include "optim/optimizer_state.h"
 #include "quant/codes.h"
 #include "quant/rounding.h"
@@ -56,25 +57,22 @@ public:
     // the learned rule, which also updates moments.scale_moments).
     void finish(TensorMoments& moments, double code_gradient_dot) const;
 
-    struct Constants {
-        CodeGrid grid;
-        float old_scale, new_scale;  // new_scale: the scale the codes are rounded with
-        float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
-        float keep;       // 1 - lr * wd
-        float b1, b2, eps;
-        bool stochastic;
-        bool learned_scale;
-        uint64_t seed;
-        int64_t t;
-        int tensor_id;
-        float residual_steps;      // R = 2^residual_bits sub-grid steps a grid step; 0: no residual
-        float inv_residual_steps;  // 1 / R
-    };
+    const DqtStepConstants& constants() const { return k_; }
 
 private:
     CodedTensor tensor_;
-    Constants k_;
+    DqtStepConstants k_;
 };
+
+// The constants of one step of a tensor whose pre-update scale is old_scale and top code
+// top_code (read only under the reference rule). DqtStep and the GPU's step (src/cuda/) both
+// start here.
+DqtStepConstants dqt_step_constants(const CodeGrid& grid, float old_scale, int top_code, const AdamWConfig& config,
+                                    float lr, int64_t t, const DqtRounding& rounding, int tensor_id);
+
+// The learned rule's new scale after the step k, from the tensor's sum_i g_i q_i at the old
+// codes; updates scale_moments ({m, v} of the log grid step).
+float learned_scale_after_step(const DqtStepConstants& k, float* scale_moments, double code_gradient_dot);
 
 // A run with sub-grid residuals starts from where its weights really are, not from grid
 // points: the real values w (count: the tensor's initial draw, or the model it starts from) at

@@ -8,13 +8,15 @@
 #include <cstdint>
 #include <string>
 
+#include "core/host_device.h"
+
 namespace dqt {
 
 struct CodeGrid {
     int bits = 1;  // 1 means ternary (1.58 bits); otherwise 2..8
-    bool ternary() const { return bits == 1; }
-    int qn() const { return ternary() ? -1 : -(1 << (bits - 1)); }
-    int qp() const { return ternary() ? 1 : (1 << (bits - 1)) - 1; }
+    DQT_HOST_DEVICE bool ternary() const { return bits == 1; }
+    DQT_HOST_DEVICE int qn() const { return ternary() ? -1 : -(1 << (bits - 1)); }
+    DQT_HOST_DEVICE int qp() const { return ternary() ? 1 : (1 << (bits - 1)) - 1; }
     std::string label() const { return ternary() ? "1.58" : std::to_string(bits); }
 };
 
@@ -24,13 +26,13 @@ CodeGrid parse_code_grid(const std::string& bits);
 // Bytes that hold `count` codes.
 size_t code_bytes(const CodeGrid& grid, size_t count);
 
-inline int read_code(const uint8_t* codes, const CodeGrid& grid, size_t i) {
+DQT_HOST_DEVICE inline int read_code(const uint8_t* codes, const CodeGrid& grid, size_t i) {
     if (grid.ternary()) return ((codes[i / 4] >> (2 * (i % 4))) & 3) - 1;
     return static_cast<int8_t>(codes[i]);
 }
 
 // q must lie on the grid.
-inline void write_code(uint8_t* codes, const CodeGrid& grid, size_t i, int q) {
+DQT_HOST_DEVICE inline void write_code(uint8_t* codes, const CodeGrid& grid, size_t i, int q) {
     if (grid.ternary()) {
         const int shift = 2 * static_cast<int>(i % 4);
         codes[i / 4] = static_cast<uint8_t>((codes[i / 4] & ~(3 << shift)) | ((q + 1) << shift));

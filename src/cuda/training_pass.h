@@ -1,0 +1,100 @@
+#pragma once
+// The training step on the GPU: model/llama.h's forward and backward, op by op, and the
+// optimizer over a whole-model gradient, with the parameters, gradients, optimizer state and
+// activations in GPU memory (accounted by category, cuda/device_memory.h).
+//
+// The weights live on the GPU as on the CPU (ModelParameters' three arrays: fp32 values, packed
+// codes, scales), so a dqt model's block linears exist only as codes: the forward multiplies
+// int8 activations by the codes as int8 on the tensor cores (exact int32 sums), and a dense copy
+// of a weight exists only inside the op that needs it (the input gradient), as on the CPU.
+// Compute fp32 (fp32 products, no TF32) or bf16 (operands rounded to bf16, fp32 sums), as
+// MethodConfig::compute says; either way the arithmetic is the CPU's, so a GPU step follows the
+// CPU step within rounding (tests/cuda/test_cuda_training.cpp).
+//
+// Not yet: quantized embedding or head, the ReLU^2 FFN, fused (piece-wise) updates.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/device_memory.h"
+#include "cuda/gemm.h"
+#include "cuda/optimizer_update.h"
+#include "model/parameters.h"
+#include "optim/optimizer_state.h"
+
+namespace dqt::cuda {
+
+// A model's parameters on the GPU, laid out as ModelParameters (category weights).
+class DeviceModel {
+public:
+    // dqt::Error for what the GPU path does not run yet.
+    explicit DeviceModel(const ModelParameters& host);
+    void copy_to(ModelParameters& host) const;
+
+    const ModelParameters& host() const { return host_; }  // config, method, layout, tensors
+    float* value(const ParamTensor& tensor) const { return values_.data() + tensor.value_offset; }
+    uint8_t* code(const ParamTensor& tensor) const { return codes_.data() + tensor.code_offset; }
+    float* scale(const ParamTensor& tensor) const { return scales_.data() + tensor.tensor_id; }
+
+private:
+    const ModelParameters& host_;
+    DeviceArray<float> values_;
+    DeviceArray<uint8_t> codes_;
+    DeviceArray<float> scales_;
+};
+
+// Saved forward state of one micro-batch and the backward's scratch.
+struct DeviceLayerActivations {
+    DeviceArray<float> input, ln1, ln1_rstd, q, k, v, lse, att, att_sub, att_sub_rstd, mid, ln2, ln2_rstd, gate, up, h,
+        h_sub, h_sub_rstd;
+};
+
+struct DeviceActivations {
+    int batch = 0, seq = 0;
+    std::vector<DeviceLayerActivations> layers;
+    DeviceArray<float> final_input, lnf, lnf_rstd, logits, row_loss;
+    DeviceArray<int32_t> tokens, targets;
+    DeviceArray<float> d_residual, d_c, d_c2, d_q, d_k, d_v, d_f, d_gate, d_up, delta, norm_scratch;
+    DeviceArray<float> rope_cos, rope_sin;  // (seq, head_dim / 2), kernels/rope.h's table
+
+    DeviceActivations(const ModelConfig& config, int batch, int seq);
+};
+
+class TrainingPass {
+public:
+    explicit TrainingPass(DeviceModel& model);
+    // tokens, targets (B * T) host arrays; returns the summed cross-entropy (nats).
+    double forward(DeviceActivations& acts, const int32_t* tokens, const int32_t* targets);
+    // Gradients of the last forward, scaled by grad_scale, added into gradients (layout.total,
+    // device, laid out by flat_offset).
+    void backward(DeviceActivations& acts, float grad_scale, float* gradients);
+
+private:
+    struct Input;  // a linear's input prepared for its weights (quantized rows, or bf16-rounded)
+    Input prepare(const ParamTensor& weight, float* in, int rows);
+    void linear_forward(const ParamTensor& weight, float* out, const Input& in, int rows);
+    void linear_backward(const ParamTensor& weight, float* din, const float* dout, const float* in, int rows,
+                         float* gradients);
+    void dense_weight(const ParamTensor& weight, float* out);
+    void product(const float* a, bool transpose_a, const float* b, bool transpose_b, float* c, int m, int n, int k,
+                 float beta);
+
+    DeviceModel& model_;
+    Gemm gemm_;
+    bool bf16_;
+};
+
+// Every tensor's Adam moments on the GPU, and the optimizer step over a whole-model gradient.
+class DeviceOptimizer {
+public:
+    explicit DeviceOptimizer(const OptimizerState& host, const ParamLayout& layout);
+    void copy_to(OptimizerState& host, const ParamLayout& layout) const;
+    // optimizer_step_range's step of every element; t 1-based; gradients (layout.total, device).
+    void step(DeviceModel& model, const float* gradients, const AdamWConfig& config, float lr, int64_t t,
+              uint64_t seed);
+
+private:
+    std::vector<DeviceMoments> moments_;  // by tensor id
+};
+
+}  // namespace dqt::cuda

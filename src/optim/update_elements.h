@@ -1,0 +1,73 @@
+#pragma once
+// One element of each optimizer update, shared by the CPU loops (optim/adamw.cpp,
+// optim/dqt_update.cpp) and the CUDA kernels (src/cuda/optimizer_update.cu) so that both write
+// the same weights, codes and moments bit for bit. Both sides compile it without contracting a multiply and an add into
+// one fused instruction (-ffp-contract=off, nvcc --fmad=false), and both divide and take square
+// roots as IEEE-754 says (correctly rounded), so each operation below rounds alike.
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "quant/codes.h"
+#include "quant/rounding.h"
+
+namespace dqt {
+
+// AdamW (optim/adamw.h) of one fp32 tensor's step.
+struct AdamWConstants {
+    float step_size;       // lr / (1 - b1^t)
+    float inv_sqrt_bias2;  // 1 / sqrt(1 - b2^t)
+    float keep;            // 1 - lr * wd, or 1 without decay
+    float b1, b2, eps;
+};
+
+// Element i: weight w, gradient g, moments m and v (updated; the caller stores them). Returns
+// the new weight. PyTorch's order: decay, then the Adam step.
+DQT_HOST_DEVICE inline float adamw_element(const AdamWConstants& k, float w, float g, float& m, float& v) {
+    m = k.b1 * m + (1.0f - k.b1) * g;
+    v = k.b2 * v + (1.0f - k.b2) * g * g;
+    const float denom = sqrtf(v) * k.inv_sqrt_bias2 + k.eps;
+    return w * k.keep - k.step_size * m / denom;
+}
+
+// What one DQT step of one tensor needs, fixed for all its elements.
+struct DqtStepConstants {
+    CodeGrid grid;
+    float old_scale, new_scale;  // new_scale: the scale the codes are rounded with
+    float step_size;  // lr * sqrt(1 - b2^t) / (1 - b1^t)
+    float keep;       // 1 - lr * wd
+    float b1, b2, eps;
+    bool stochastic;
+    bool learned_scale;
+    uint64_t seed;
+    int64_t t;
+    int tensor_id;
+    float residual_steps;      // R = 2^residual_bits sub-grid steps a grid step; 0: no residual
+    float inv_residual_steps;  // 1 / R
+};
+
+// The reference rule's rounding scale: qp / max(W) of the pre-update tensor, from its top code.
+DQT_HOST_DEVICE inline float reference_rule_scale(float old_scale, int qp, int top_code) {
+    return top_code > 0 ? old_scale * static_cast<float>(qp) / static_cast<float>(top_code) : old_scale;
+}
+
+// Element i: position = its weight in grid steps (q, plus r / R with residuals), g its gradient,
+// m and v its moments (updated; the caller stores them in their dtype), u its rounding uniform,
+// inv_old_scale = 1 / k.old_scale. Returns the new code; with residuals also sets *residual.
+DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float inv_old_scale, float position,
+                                                float g, float& m, float& v, float u, int8_t* residual) {
+    const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
+    m = k.b1 * m + (1.0f - k.b1) * g;
+    v = k.b2 * v + (1.0f - k.b2) * g * g;
+    const float stepped = position * inv_old_scale - k.step_size * m / (sqrtf(v) + k.eps);
+    float x = stepped * k.keep * k.new_scale;
+    x = x < qn ? qn : x;  // clip to [qn, qp]; NaN stays NaN on both sides
+    x = qp < x ? qp : x;
+    if (k.residual_steps == 0.0f) return k.stochastic ? stochastic_round(x, u) : nearest_round(x);
+    const float fine = x * k.residual_steps;  // in [qn R, qp R]
+    const float rounded = k.stochastic ? stochastic_round(fine, u) : nearest_round(fine);
+    const float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
+    *residual = static_cast<int8_t>(rounded - q * k.residual_steps);                   // in [-R/2, R/2)
+    return q;
+}
+
+}  // namespace dqt
