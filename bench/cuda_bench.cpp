@@ -117,7 +117,8 @@ void train_steps(int tokens) {
                 std::printf(", \"%s_mib\": %.0f", mem_category_name(static_cast<MemCategory>(c)),
                             device_peak_bytes(static_cast<MemCategory>(c)) / 1048576.0);
             }
-            std::printf(", \"driver_used_mib\": %.0f}\n", driver_memory().used / 1048576.0);
+            std::printf(", \"cached_mib\": %.0f, \"driver_used_mib\": %.0f}\n", device_cached_bytes() / 1048576.0,
+                        driver_memory().used / 1048576.0);
             std::fflush(stdout);
         }
     }

@@ -2,7 +2,7 @@
 // Accounted GPU memory: every cudaMalloc of dqt goes through DeviceBuffer, tagged with the
 // categories of the CPU ledger (core/memory.h), so the GPU's memory report says what each
 // category holds and its peak, beside the driver's view of the device (which also counts the
-// CUDA context and libraries' workspaces).
+// CUDA context, libraries' workspaces and the blocks freed buffers leave cached for reuse).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,6 +14,9 @@ namespace dqt::cuda {
 int64_t device_live_bytes(MemCategory category);
 int64_t device_peak_bytes(MemCategory category);
 int64_t device_peak_total_bytes();
+// Blocks of freed buffers kept for reuse (in no category; returned to the driver when an
+// allocation would not fit otherwise).
+int64_t device_cached_bytes();
 void device_reset_peaks();
 
 // The driver's view: bytes in use on the device by anyone, and its total.
@@ -22,9 +25,9 @@ struct DriverMemory {
 };
 DriverMemory driver_memory();
 
-// One accounted device allocation (not zeroed; zero() does). Movable, not copyable. An
-// allocation the device cannot hold is a dqt::Error naming the category, the size and what is
-// free.
+// One accounted device allocation (not zeroed; zero() does), held in a block rounded up to 512
+// bytes, which the ledger counts. Movable, not copyable. An allocation the device cannot hold is a dqt::Error naming the category, the
+// size and what is free.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
@@ -43,7 +46,8 @@ public:
 
 private:
     void* data_ = nullptr;
-    size_t bytes_ = 0;
+    size_t bytes_ = 0;        // asked for
+    size_t block_bytes_ = 0;  // held (rounded up), what the ledger counts
     MemCategory category_ = MemCategory::scratch;
 };
 

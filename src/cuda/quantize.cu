@@ -1,6 +1,5 @@
 #include "cuda/quantize.h"
 
-#include <vector>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_memory.h"
@@ -36,9 +35,19 @@ __global__ void abs_sum_chunks_kernel(double* partial, const float* w, size_t co
     partial[chunk] = sum;
 }
 
-__global__ void ternary_codes_kernel(int8_t* q, float* dense, const float* w, size_t count, float gamma) {
+// One thread: the chunks' sums in order, as the CPU adds them.
+__global__ void mean_from_chunks_kernel(float* mean, const double* partial, size_t chunks, size_t count) {
+    double sum = 0.0;
+    for (size_t chunk = 0; chunk < chunks; ++chunk) sum += partial[chunk];
+    *mean = static_cast<float>(sum / static_cast<double>(count));
+}
+
+__global__ void reciprocal_kernel(float* out, const float* in) { *out = 1.0f / *in; }
+
+__global__ void ternary_codes_kernel(int8_t* q, float* dense, const float* w, size_t count, const float* gamma_in) {
     const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
     if (i >= count) return;
+    const float gamma = *gamma_in;
     const float inv = 1.0f / (gamma + kTernaryEps);
     float code = rintf(w[i] * inv);
     code = code < -1.0f ? -1.0f : (1.0f < code ? 1.0f : code);
@@ -68,10 +77,10 @@ __global__ void fake_quantize_rows_kernel(float* x, int8_t* a, float* scales, in
 }
 
 __global__ void scale_integer_products_kernel(float* out, const int32_t* products, const float* scales,
-                                              float weight_scale, int rows, int cols) {
+                                              const float* weight_scale, int rows, int cols) {
     const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
     if (i >= static_cast<size_t>(rows) * cols) return;
-    const float factor = int8_output_factor(weight_scale, scales[i / cols]);
+    const float factor = int8_output_factor(*weight_scale, scales[i / cols]);
     out[i] = factor * static_cast<float>(products[i]);
 }
 
@@ -89,19 +98,21 @@ void dequantize_codes(float* out, const uint8_t* codes, size_t count, CodeGrid g
 
 size_t mean_abs_scratch_doubles(size_t count) { return (count + kMeanChunk - 1) / kMeanChunk; }
 
-float mean_abs(const float* w, size_t count, double* scratch) {
-    if (count == 0) return 0.0f;
+void mean_abs(float* mean, const float* w, size_t count, double* scratch) {
+    require(count > 0, "mean_abs: an empty tensor");
     const size_t chunks = mean_abs_scratch_doubles(count);
     abs_sum_chunks_kernel<<<blocks_for(chunks, 64), 64>>>(scratch, w, count, chunks);
     check_launch("abs_sum_chunks_kernel");
-    std::vector<double> partial(chunks);
-    copy_to_host(partial.data(), scratch, chunks * sizeof(double));
-    double sum = 0.0;
-    for (double value : partial) sum += value;  // in chunk order, as the CPU
-    return static_cast<float>(sum / static_cast<double>(count));
+    mean_from_chunks_kernel<<<1, 1>>>(mean, scratch, chunks, count);
+    check_launch("mean_from_chunks_kernel");
 }
 
-void ternary_codes(int8_t* q, float* dense, const float* w, size_t count, float gamma) {
+void reciprocal(float* out, const float* in) {
+    reciprocal_kernel<<<1, 1>>>(out, in);
+    check_launch("reciprocal_kernel");
+}
+
+void ternary_codes(int8_t* q, float* dense, const float* w, size_t count, const float* gamma) {
     ternary_codes_kernel<<<blocks_for(count, kThreads), kThreads>>>(q, dense, w, count, gamma);
     check_launch("ternary_codes_kernel");
 }
@@ -111,8 +122,8 @@ void fake_quantize_rows(float* x, int8_t* a, float* scales, int rows, int cols) 
     check_launch("fake_quantize_rows_kernel");
 }
 
-void scale_integer_products(float* out, const int32_t* products, const float* scales, float weight_scale, int rows,
-                            int cols) {
+void scale_integer_products(float* out, const int32_t* products, const float* scales, const float* weight_scale,
+                            int rows, int cols) {
     const size_t count = static_cast<size_t>(rows) * cols;
     scale_integer_products_kernel<<<blocks_for(count, kThreads), kThreads>>>(out, products, scales, weight_scale, rows,
                                                                              cols);

@@ -19,17 +19,21 @@ void codes_to_int8(int8_t* q, const uint8_t* codes, size_t count, CodeGrid grid)
 // out (count) = q / *scale (scale a device pointer).
 void dequantize_codes(float* out, const uint8_t* codes, size_t count, CodeGrid grid, const float* scale);
 
-// mean |w| of the tensor, summed in double (the host gets the value: one small copy).
-float mean_abs(const float* w, size_t count, double* scratch);
+// *mean (device) = mean |w| of the tensor, summed in double in quant/ternary.cpp's order (fixed
+// chunks, then the chunks in order), so the same float as the CPU's.
+void mean_abs(float* mean, const float* w, size_t count, double* scratch);
 size_t mean_abs_scratch_doubles(size_t count);
-// q (count) int8 = clip(round(w / (gamma + eps)), -1, 1); dense (optional) = q * gamma.
-void ternary_codes(int8_t* q, float* dense, const float* w, size_t count, float gamma);
+// *out = 1 / *in (device): a dqt weight's weight_scale from its scale, as code_weight_scale.
+void reciprocal(float* out, const float* in);
+// q (count) int8 = clip(round(w / (*gamma + eps)), -1, 1); dense (optional) = q * *gamma.
+void ternary_codes(int8_t* q, float* dense, const float* w, size_t count, const float* gamma);
 
 // Rows of x (rows, cols): a (rows, cols) int8, scales (rows), x = a / s in place.
 void fake_quantize_rows(float* x, int8_t* a, float* scales, int rows, int cols);
 
-// out (rows, cols) = products (rows, cols) int32 * (weight_scale / scales[row]).
-void scale_integer_products(float* out, const int32_t* products, const float* scales, float weight_scale, int rows,
-                            int cols);
+// out (rows, cols) = products (rows, cols) int32 * (*weight_scale / scales[row]); weight_scale
+// a device pointer.
+void scale_integer_products(float* out, const int32_t* products, const float* scales, const float* weight_scale,
+                            int rows, int cols);
 
 }  // namespace dqt::cuda

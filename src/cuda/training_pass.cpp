@@ -144,9 +144,10 @@ void TrainingPass::dense_weight(const ParamTensor& weight, float* out) {
         return;
     }
     DeviceArray<double> sums(MemCategory::scratch, mean_abs_scratch_doubles(count));
-    const float gamma = mean_abs(model_.value(weight), count, sums.data());
+    DeviceArray<float> gamma(MemCategory::scratch, 1);
+    mean_abs(gamma.data(), model_.value(weight), count, sums.data());
     DeviceArray<int8_t> q(MemCategory::scratch, count);
-    ternary_codes(q.data(), out, model_.value(weight), count, gamma);
+    ternary_codes(q.data(), out, model_.value(weight), count, gamma.data());
 }
 
 void TrainingPass::linear_forward(const ParamTensor& weight, float* out, const Input& in, int rows) {
@@ -156,21 +157,20 @@ void TrainingPass::linear_forward(const ParamTensor& weight, float* out, const I
         return;
     }
     // out = (a . q^T) * weight_scale / s: integers on the int8 tensor cores.
+    // Everything stays on the device: no step waits for a scale to reach the host.
     DeviceArray<int8_t> q(MemCategory::scratch, weight.count());
-    float weight_scale = 0.0f;
+    DeviceArray<float> weight_scale(MemCategory::scratch, 1);
     if (weight.stores_codes()) {
         codes_to_int8(q.data(), model_.code(weight), weight.count(), model_.host().method.grid);
-        float scale = 0.0f;
-        copy_to_host(&scale, model_.scale(weight), sizeof scale);
-        weight_scale = 1.0f / scale;  // code_weight_scale
+        reciprocal(weight_scale.data(), model_.scale(weight));  // code_weight_scale
     } else {
         DeviceArray<double> sums(MemCategory::scratch, mean_abs_scratch_doubles(weight.count()));
-        weight_scale = mean_abs(model_.value(weight), weight.count(), sums.data());  // bitnet's gamma
-        ternary_codes(q.data(), nullptr, model_.value(weight), weight.count(), weight_scale);
+        mean_abs(weight_scale.data(), model_.value(weight), weight.count(), sums.data());  // bitnet's gamma
+        ternary_codes(q.data(), nullptr, model_.value(weight), weight.count(), weight_scale.data());
     }
     DeviceArray<int32_t> products(MemCategory::scratch, static_cast<size_t>(rows) * O);
     gemm_.multiply_int8(in.integers.data(), q.data(), products.data(), rows, O, I);
-    scale_integer_products(out, products.data(), in.scales.data(), weight_scale, rows, O);
+    scale_integer_products(out, products.data(), in.scales.data(), weight_scale.data(), rows, O);
 }
 
 void TrainingPass::linear_backward(const ParamTensor& weight, float* din, const float* dout, const float* in, int rows,
