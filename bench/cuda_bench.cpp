@@ -124,6 +124,113 @@ void train_steps(int tokens) {
     }
 }
 
+// Device-to-device copy bandwidth over 2 GiB (far beyond the L2), bytes read plus written.
+double bench_copy() {
+    const size_t copy_bytes = size_t{1} << 31;
+    DeviceBuffer from(MemCategory::scratch, copy_bytes), to(MemCategory::scratch, copy_bytes);
+    from.zero();
+    const double copy_ms = median_ms([&] { cudaMemcpy(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice); });
+    const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
+    std::printf("{\"figure\": \"copy\", \"ms\": %.3f, \"gb_per_s\": %.0f}\n", copy_ms, copy_gbs);
+    from.release();
+    to.release();
+    return copy_gbs;
+}
+
+// The fused update of 85M ternary / 8-bit weights (the 130M model's block linears) in one
+// tensor: bytes = codes read + written, gradient read (fp32), moments read + written.
+void bench_updates(double copy_gbs, std::mt19937_64& rng) {
+    const size_t count = size_t{85} * 1000 * 1000 / kStateBlock * kStateBlock;
+    DeviceArray<float> g = random_device(count, rng, 1e-3f);
+    for (int bits : {1, 8}) {
+        for (StateDtype state : {StateDtype::fp32, StateDtype::q8}) {
+            const CodeGrid grid{bits};
+            DeviceArray<uint8_t> codes(MemCategory::weights, code_bytes(grid, count));
+            codes.zero();
+            const float initial_scale = 30.0f;
+            DeviceArray<float> scale = to_device(MemCategory::weights, &initial_scale, 1);
+            DeviceMoments moments;
+            moments.dtype = state;
+            moments.count = count;
+            const size_t element = state == StateDtype::q8 ? 1 : 4;
+            moments.m = DeviceBuffer(MemCategory::optimizer, count * element);
+            moments.v = DeviceBuffer(MemCategory::optimizer, count * element);
+            moments.m.zero();
+            moments.v.zero();
+            if (state == StateDtype::q8) {
+                moments.m_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
+                moments.v_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
+                moments.m_absmax.zero();
+                moments.v_absmax.zero();
+            }
+            int64_t t = 1;
+            const double ms = median_ms([&] {
+                DeviceDqtStep step(DeviceCodedTensor{codes.data(), scale.data(), count, grid, 3}, AdamWConfig{},
+                                   1e-3f, t++, DqtRounding{Rounding::stochastic, 9, ScaleRule::reference, 0});
+                step.apply(g.data(), moments, 0, count);
+                step.finish(moments);
+            });
+            const double bytes = 2.0 * code_bytes(grid, count) + 4.0 * count + 4.0 * element * count +
+                                 (state == StateDtype::q8 ? 16.0 * count / kStateBlock : 0.0);
+            std::printf("{\"figure\": \"dqt_update\", \"grid\": \"%s\", \"state\": \"%s\", \"elements\": %zu, "
+                        "\"ms\": %.3f, \"gb_per_s\": %.0f, \"of_copy\": %.2f}\n",
+                        grid.label().c_str(), state_dtype_bits(state), count, ms, bytes / ms / 1e6,
+                        bytes / ms / 1e6 / copy_gbs);
+        }
+    }
+}
+
+// The linear layers' products of the 130M model at `tokens` tokens a step.
+void bench_gemms(int tokens, std::mt19937_64& rng) {
+    const Gemm gemm;
+    struct Shape {
+        const char* name;
+        int m, n, k;
+        bool ta, tb;
+    };
+    const int C = 768, F = 2048, V = 32000;
+    for (const Shape& s : {Shape{"ffn_up forward", tokens, F, C, false, true},
+                           Shape{"ffn_up input grad", tokens, C, F, false, false},
+                           Shape{"ffn_up weight grad", F, C, tokens, true, false},
+                           Shape{"head forward", tokens, V, C, false, true}}) {
+        DeviceArray<float> a = random_device(static_cast<size_t>(s.m) * s.k, rng, 1.0f);
+        DeviceArray<float> b = random_device(static_cast<size_t>(s.k) * s.n, rng, 1.0f);
+        DeviceArray<float> c(MemCategory::scratch, static_cast<size_t>(s.m) * s.n);
+        DeviceArray<uint16_t> a16(MemCategory::scratch, a.size()), b16(MemCategory::scratch, b.size());
+        round_to_bf16(a16.data(), a.data(), a.size());
+        round_to_bf16(b16.data(), b.data(), b.size());
+        const double flops = 2.0 * s.m * s.n * s.k;
+        const double bf16_ms = median_ms([&] {
+            gemm.multiply({a16.data(), true}, s.ta, {b16.data(), true}, s.tb, c.data(), s.m, s.n, s.k, 0.0f);
+        });
+        const double fp32_ms = median_ms([&] {
+            gemm.multiply({a.data(), false}, s.ta, {b.data(), false}, s.tb, c.data(), s.m, s.n, s.k, 0.0f);
+        });
+        std::printf("{\"figure\": \"gemm\", \"shape\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"bf16_tflops\": %.0f, "
+                    "\"fp32_tflops\": %.1f}\n",
+                    s.name, s.m, s.n, s.k, flops / bf16_ms / 1e9, flops / fp32_ms / 1e9);
+    }
+}
+
+// Attention of one layer: B * T = tokens, T = 1024, 12 heads of 64.
+void bench_attention(int tokens, std::mt19937_64& rng) {
+    const int T = 1024, B = tokens / T, H = 12, D = 64;
+    const size_t n = static_cast<size_t>(B) * T * H * D;
+    DeviceArray<float> q = random_device(n, rng, 1.0f), k = random_device(n, rng, 1.0f), v = random_device(n, rng, 1.0f);
+    DeviceArray<float> out(MemCategory::scratch, n), dout = random_device(n, rng, 1.0f), dq(MemCategory::scratch, n),
+        dk(MemCategory::scratch, n), dv(MemCategory::scratch, n), lse(MemCategory::scratch, static_cast<size_t>(B) * H * T),
+        delta(MemCategory::scratch, static_cast<size_t>(B) * H * T);
+    const double forward_ms = median_ms([&] { attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D); });
+    const double backward_ms = median_ms([&] {
+        attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
+                           v.data(), B, T, H, H, D, delta.data());
+    });
+    const double causal_flops = 2.0 * B * H * static_cast<double>(T) * T * D;  // QK^T and PV, half of the T x T
+    std::printf("{\"figure\": \"attention\", \"batch\": %d, \"seq\": %d, \"heads\": %d, \"head_dim\": %d, "
+                "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"forward_tflops\": %.1f}\n",
+                B, T, H, D, forward_ms, backward_ms, causal_flops / forward_ms / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,106 +240,10 @@ int main(int argc, char** argv) {
         std::printf("{\"device\": \"%s\", \"multiprocessors\": %d, \"l2_mib\": %.0f}\n", info.name.c_str(),
                     info.multiprocessors, info.l2_bytes / 1048576.0);
         std::mt19937_64 rng(1);
-
-        // Copy bandwidth over 2 GiB (far beyond the L2), bytes read plus written.
-        const size_t copy_bytes = size_t{1} << 31;
-        DeviceBuffer from(MemCategory::scratch, copy_bytes), to(MemCategory::scratch, copy_bytes);
-        from.zero();
-        const double copy_ms = median_ms([&] { cudaMemcpy(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice); });
-        const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
-        std::printf("{\"figure\": \"copy\", \"ms\": %.3f, \"gb_per_s\": %.0f}\n", copy_ms, copy_gbs);
-        from.release();
-        to.release();
-
-        // The fused update of 85M ternary / 8-bit weights (the 130M model's block linears) in
-        // one tensor: bytes = codes read + written, gradient read (fp32), moments read + written.
-        const size_t count = size_t{85} * 1000 * 1000 / kStateBlock * kStateBlock;
-        DeviceArray<float> g = random_device(count, rng, 1e-3f);
-        for (int bits : {1, 8}) {
-            for (StateDtype state : {StateDtype::fp32, StateDtype::q8}) {
-                const CodeGrid grid{bits};
-                DeviceArray<uint8_t> codes(MemCategory::weights, code_bytes(grid, count));
-                codes.zero();
-                const float one = 30.0f;
-                DeviceArray<float> scale = to_device(MemCategory::weights, &one, 1);
-                TensorMoments host(0, 0, state);
-                DeviceMoments moments;
-                moments.dtype = state;
-                moments.count = count;
-                const size_t element = state == StateDtype::q8 ? 1 : 4;
-                moments.m = DeviceBuffer(MemCategory::optimizer, count * element);
-                moments.v = DeviceBuffer(MemCategory::optimizer, count * element);
-                moments.m.zero();
-                moments.v.zero();
-                if (state == StateDtype::q8) {
-                    moments.m_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
-                    moments.v_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
-                    moments.m_absmax.zero();
-                    moments.v_absmax.zero();
-                }
-                int64_t t = 1;
-                const double ms = median_ms([&] {
-                    DeviceDqtStep step(DeviceCodedTensor{codes.data(), scale.data(), count, grid, 3}, AdamWConfig{},
-                                       1e-3f, t++, DqtRounding{Rounding::stochastic, 9, ScaleRule::reference, 0});
-                    step.apply(g.data(), moments, 0, count);
-                    step.finish(moments);
-                });
-                const double bytes = 2.0 * code_bytes(grid, count) + 4.0 * count + 4.0 * element * count +
-                                     (state == StateDtype::q8 ? 16.0 * count / kStateBlock : 0.0);
-                std::printf("{\"figure\": \"dqt_update\", \"grid\": \"%s\", \"state\": \"%s\", \"elements\": %zu, "
-                            "\"ms\": %.3f, \"gb_per_s\": %.0f, \"of_copy\": %.2f}\n",
-                            grid.label().c_str(), state_dtype_bits(state), count, ms, bytes / ms / 1e6,
-                            bytes / ms / 1e6 / copy_gbs);
-            }
-        }
-
-        // The linear layers' products of the 130M model at `tokens` tokens a step.
-        const Gemm gemm;
-        struct Shape {
-            const char* name;
-            int m, n, k;
-            bool ta, tb;
-        };
-        const int C = 768, F = 2048, V = 32000;
-        for (const Shape& s : {Shape{"ffn_up forward", tokens, F, C, false, true},
-                               Shape{"ffn_up input grad", tokens, C, F, false, false},
-                               Shape{"ffn_up weight grad", F, C, tokens, true, false},
-                               Shape{"head forward", tokens, V, C, false, true}}) {
-            DeviceArray<float> a = random_device(static_cast<size_t>(s.m) * s.k, rng, 1.0f);
-            DeviceArray<float> b = random_device(static_cast<size_t>(s.k) * s.n, rng, 1.0f);
-            DeviceArray<float> c(MemCategory::scratch, static_cast<size_t>(s.m) * s.n);
-            DeviceArray<uint16_t> a16(MemCategory::scratch, a.size()), b16(MemCategory::scratch, b.size());
-            round_to_bf16(a16.data(), a.data(), a.size());
-            round_to_bf16(b16.data(), b.data(), b.size());
-            const double flops = 2.0 * s.m * s.n * s.k;
-            const double bf16_ms = median_ms([&] {
-                gemm.multiply({a16.data(), true}, s.ta, {b16.data(), true}, s.tb, c.data(), s.m, s.n, s.k, 0.0f);
-            });
-            const double fp32_ms = median_ms([&] {
-                gemm.multiply({a.data(), false}, s.ta, {b.data(), false}, s.tb, c.data(), s.m, s.n, s.k, 0.0f);
-            });
-            std::printf("{\"figure\": \"gemm\", \"shape\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"bf16_tflops\": %.0f, "
-                        "\"fp32_tflops\": %.1f}\n",
-                        s.name, s.m, s.n, s.k, flops / bf16_ms / 1e9, flops / fp32_ms / 1e9);
-        }
-
-        {  // Attention of one layer: B * T = tokens, T = 1024, 12 heads of 64.
-        const int T = 1024, B = tokens / T, H = 12, D = 64;
-        const size_t n = static_cast<size_t>(B) * T * H * D;
-        DeviceArray<float> q = random_device(n, rng, 1.0f), k = random_device(n, rng, 1.0f), v = random_device(n, rng, 1.0f);
-        DeviceArray<float> out(MemCategory::scratch, n), dout = random_device(n, rng, 1.0f), dq(MemCategory::scratch, n),
-            dk(MemCategory::scratch, n), dv(MemCategory::scratch, n), lse(MemCategory::scratch, static_cast<size_t>(B) * H * T),
-            delta(MemCategory::scratch, static_cast<size_t>(B) * H * T);
-        const double forward_ms = median_ms([&] { attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D); });
-        const double backward_ms = median_ms([&] {
-            attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
-                               v.data(), B, T, H, H, D, delta.data());
-        });
-        const double causal_flops = 2.0 * B * H * static_cast<double>(T) * T * D;  // QK^T and PV, half of the T x T
-        std::printf("{\"figure\": \"attention\", \"batch\": %d, \"seq\": %d, \"heads\": %d, \"head_dim\": %d, "
-                    "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"forward_tflops\": %.1f}\n",
-                    B, T, H, D, forward_ms, backward_ms, causal_flops / forward_ms / 1e9);
-        }
+        const double copy_gbs = bench_copy();
+        bench_updates(copy_gbs, rng);
+        bench_gemms(tokens, rng);
+        bench_attention(tokens, rng);
         if (argc > 2 && std::string(argv[2]) == "train") train_steps(tokens);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "dqt: error: %s\n", e.what());
