@@ -154,17 +154,45 @@ __global__ void cross_entropy_kernel(float* dlogits, const float* logits, const 
 // ---- Attention ---------------------------------------------------------------------------------
 // A thread per query row (forward, dq) or key row (dk, dv), 64 rows a block; the other side
 // streams through shared memory in tiles of kTile rows. A thread's own rows sit in shared
-// memory too, padded to D + 1 floats so that the 32 threads of a warp hit 32 banks.
+// memory too (padded: kOwnPad).
 
 constexpr int kRows = 64;  // rows a block owns
 constexpr int kTile = 32;  // rows of the other side per tile
 
+// A thread's own rows are padded to D + kOwnPad floats: rows stay 16-byte aligned for float4
+// reads, and the 4-float shift from row to row spreads a quarter-warp's 16-byte accesses over
+// all 32 banks. Tile rows are read by every thread at once (a broadcast), as float4 too: one
+// shared-memory load feeds four multiply-adds.
+constexpr int kOwnPad = 4;
+
 template <int D>
 __device__ float dot_own(const float* own_row, const float* tile_row) {
+    const float4* a = reinterpret_cast<const float4*>(own_row);
+    const float4* b = reinterpret_cast<const float4*>(tile_row);
     float sum = 0.0f;
 #pragma unroll
-    for (int d = 0; d < D; ++d) sum += own_row[d] * tile_row[d];
+    for (int d = 0; d < D / 4; ++d) {
+        const float4 x = a[d], y = b[d];
+        sum += x.x * y.x;
+        sum += x.y * y.y;
+        sum += x.z * y.z;
+        sum += x.w * y.w;
+    }
     return sum;
+}
+
+// acc[d] += p * tile_row[d].
+template <int D>
+__device__ void add_scaled_row(float* acc, float p, const float* tile_row) {
+    const float4* row = reinterpret_cast<const float4*>(tile_row);
+#pragma unroll
+    for (int d = 0; d < D / 4; ++d) {
+        const float4 y = row[d];
+        acc[4 * d] += p * y.x;
+        acc[4 * d + 1] += p * y.y;
+        acc[4 * d + 2] += p * y.z;
+        acc[4 * d + 3] += p * y.w;
+    }
 }
 
 // Copies rows [first, first + kTile) of one head (row stride `stride` floats) into tile (kTile, D);
@@ -181,18 +209,18 @@ template <int D>
 __device__ void load_own(float* own, const float* base, size_t stride, int first, int seq) {
     for (int e = threadIdx.x; e < kRows * D; e += blockDim.x) {
         const int r = e / D, d = e % D;
-        own[r * (D + 1) + d] = first + r < seq ? base[static_cast<size_t>(first + r) * stride + d] : 0.0f;
+        own[r * (D + kOwnPad) + d] = first + r < seq ? base[static_cast<size_t>(first + r) * stride + d] : 0.0f;
     }
 }
 
-// grid (query tiles of kRows, B * H). Shared: own q (kRows, D + 1), k and v tiles (kTile, D).
+// grid (query tiles of kRows, B * H). Shared: own q (kRows, D + kOwnPad), k and v tiles (kTile, D).
 template <int D>
 __global__ void __launch_bounds__(kRows) attention_forward_kernel(float* out, float* lse, const float* q, const float* k,
                                                                   const float* v, int seq, int heads, int kv_heads,
                                                                   float scale) {
     extern __shared__ float shared[];
     float* own_q = shared;
-    float* k_tile = own_q + kRows * (D + 1);
+    float* k_tile = own_q + kRows * (D + kOwnPad);
     float* v_tile = k_tile + kTile * D;
     const int b = blockIdx.y / heads, h = blockIdx.y % heads, kvh = h / (heads / kv_heads);
     const int first = blockIdx.x * kRows, t = first + threadIdx.x;
@@ -205,7 +233,7 @@ __global__ void __launch_bounds__(kRows) attention_forward_kernel(float* out, fl
 #pragma unroll
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
-    const float* my_q = own_q + threadIdx.x * (D + 1);
+    const float* my_q = own_q + threadIdx.x * (D + kOwnPad);
     const int last_key = min(seq - 1, first + kRows - 1);
     for (int tile_first = 0; tile_first <= last_key; tile_first += kTile) {
         __syncthreads();
@@ -229,8 +257,7 @@ __global__ void __launch_bounds__(kRows) attention_forward_kernel(float* out, fl
         for (int j = 0; j < kTile; ++j) {
             const float p = expf(s[j] - new_max);  // 0 for masked keys
             running_sum += p;
-#pragma unroll
-            for (int d = 0; d < D; ++d) acc[d] += p * v_tile[j * D + d];
+            add_scaled_row<D>(acc, p, v_tile + j * D);
         }
         running_max = new_max;
     }
@@ -254,7 +281,7 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
     delta[(b * heads + h) * seq + t] = sum;
 }
 
-// dq: grid (query tiles, B * H). Shared: own q and dout (kRows, D + 1), k and v tiles (kTile, D).
+// dq: grid (query tiles, B * H). Shared: own q and dout (kRows, D + kOwnPad), k and v tiles (kTile, D).
 template <int D>
 __global__ void __launch_bounds__(kRows) attention_dq_kernel(float* dq, const float* dout, const float* lse,
                                                              const float* delta, const float* q, const float* k,
@@ -262,8 +289,8 @@ __global__ void __launch_bounds__(kRows) attention_dq_kernel(float* dq, const fl
                                                              float scale) {
     extern __shared__ float shared[];
     float* own_q = shared;
-    float* own_dout = own_q + kRows * (D + 1);
-    float* k_tile = own_dout + kRows * (D + 1);
+    float* own_dout = own_q + kRows * (D + kOwnPad);
+    float* k_tile = own_dout + kRows * (D + kOwnPad);
     float* v_tile = k_tile + kTile * D;
     const int b = blockIdx.y / heads, h = blockIdx.y % heads, kvh = h / (heads / kv_heads);
     const int first = blockIdx.x * kRows, t = first + threadIdx.x;
@@ -274,8 +301,8 @@ __global__ void __launch_bounds__(kRows) attention_dq_kernel(float* dq, const fl
     load_own<D>(own_dout, dout + q_offset, q_stride, first, seq);
     const size_t stat = (static_cast<size_t>(b) * heads + h) * seq + t;
     const float my_lse = t < seq ? lse[stat] : 0.0f, my_delta = t < seq ? delta[stat] : 0.0f;
-    const float* my_q = own_q + threadIdx.x * (D + 1);
-    const float* my_dout = own_dout + threadIdx.x * (D + 1);
+    const float* my_q = own_q + threadIdx.x * (D + kOwnPad);
+    const float* my_dout = own_dout + threadIdx.x * (D + kOwnPad);
     float acc[D];
 #pragma unroll
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
@@ -288,8 +315,7 @@ __global__ void __launch_bounds__(kRows) attention_dq_kernel(float* dq, const fl
         for (int j = 0; j < kTile && tile_first + j <= t; ++j) {
             const float p = expf(dot_own<D>(my_q, k_tile + j * D) * scale - my_lse);
             const float ds = p * (dot_own<D>(my_dout, v_tile + j * D) - my_delta);
-#pragma unroll
-            for (int d = 0; d < D; ++d) acc[d] += ds * k_tile[j * D + d];
+            add_scaled_row<D>(acc, ds, k_tile + j * D);
         }
     }
     if (t >= seq) return;
@@ -299,7 +325,7 @@ __global__ void __launch_bounds__(kRows) attention_dq_kernel(float* dq, const fl
 }
 
 // dk, dv: grid (key tiles, B * Hkv); each key row sums over the group's query heads. Shared:
-// own k and v (kRows, D + 1), q and dout tiles (kTile, D), lse and delta of the tile (kTile).
+// own k and v (kRows, D + kOwnPad), q and dout tiles (kTile, D), lse and delta of the tile (kTile).
 template <int D>
 __global__ void __launch_bounds__(kRows) attention_dkv_kernel(float* dk, float* dv, const float* dout,
                                                               const float* lse, const float* delta, const float* q,
@@ -307,8 +333,8 @@ __global__ void __launch_bounds__(kRows) attention_dkv_kernel(float* dk, float* 
                                                               int kv_heads, float scale) {
     extern __shared__ float shared[];
     float* own_k = shared;
-    float* own_v = own_k + kRows * (D + 1);
-    float* q_tile = own_v + kRows * (D + 1);
+    float* own_v = own_k + kRows * (D + kOwnPad);
+    float* q_tile = own_v + kRows * (D + kOwnPad);
     float* dout_tile = q_tile + kTile * D;
     float* lse_tile = dout_tile + kTile * D;
     float* delta_tile = lse_tile + kTile;
@@ -318,8 +344,8 @@ __global__ void __launch_bounds__(kRows) attention_dkv_kernel(float* dk, float* 
     const size_t kv_offset = static_cast<size_t>(b) * seq * kv_stride + static_cast<size_t>(kvh) * D;
     load_own<D>(own_k, k + kv_offset, kv_stride, first, seq);
     load_own<D>(own_v, v + kv_offset, kv_stride, first, seq);
-    const float* my_k = own_k + threadIdx.x * (D + 1);
-    const float* my_v = own_v + threadIdx.x * (D + 1);
+    const float* my_k = own_k + threadIdx.x * (D + kOwnPad);
+    const float* my_v = own_v + threadIdx.x * (D + kOwnPad);
     float dk_acc[D], dv_acc[D];
 #pragma unroll
     for (int d = 0; d < D; ++d) dk_acc[d] = dv_acc[d] = 0.0f;
@@ -343,11 +369,8 @@ __global__ void __launch_bounds__(kRows) attention_dkv_kernel(float* dk, float* 
                 if (t < j || t >= seq) continue;  // causal: query t sees keys up to t
                 const float p = expf(dot_own<D>(my_k, q_tile + i * D) * scale - lse_tile[i]);
                 const float ds = p * (dot_own<D>(my_v, dout_tile + i * D) - delta_tile[i]);
-#pragma unroll
-                for (int d = 0; d < D; ++d) {
-                    dv_acc[d] += p * dout_tile[i * D + d];
-                    dk_acc[d] += ds * q_tile[i * D + d];
-                }
+                add_scaled_row<D>(dv_acc, p, dout_tile + i * D);
+                add_scaled_row<D>(dk_acc, ds, q_tile + i * D);
             }
         }
     }
@@ -386,7 +409,7 @@ template <int D>
 void attention_forward_d(float* out, float* lse, const float* q, const float* k, const float* v, int batch, int seq,
                          int heads, int kv_heads) {
     const dim3 grid(blocks_for(seq, kRows), batch * heads);
-    const size_t shared = (kRows * (D + 1) + 2 * kTile * D) * sizeof(float);
+    const size_t shared = (kRows * (D + kOwnPad) + 2 * kTile * D) * sizeof(float);
     launch_with_shared(attention_forward_kernel<D>, grid, kRows, shared, "attention_forward_kernel", out, lse, q, k, v,
                        seq, heads, kv_heads, 1.0f / sqrtf(static_cast<float>(D)));
 }
@@ -396,10 +419,10 @@ void attention_backward_d(float* dq, float* dk, float* dv, const float* dout, co
                           const float* k, const float* v, int batch, int seq, int heads, int kv_heads,
                           const float* delta) {
     const float scale = 1.0f / sqrtf(static_cast<float>(D));
-    const size_t dq_shared = (2 * kRows * (D + 1) + 2 * kTile * D) * sizeof(float);
+    const size_t dq_shared = (2 * kRows * (D + kOwnPad) + 2 * kTile * D) * sizeof(float);
     launch_with_shared(attention_dq_kernel<D>, dim3(blocks_for(seq, kRows), batch * heads), kRows, dq_shared,
                        "attention_dq_kernel", dq, dout, lse, delta, q, k, v, seq, heads, kv_heads, scale);
-    const size_t dkv_shared = (2 * kRows * (D + 1) + 2 * kTile * D + 2 * kTile) * sizeof(float);
+    const size_t dkv_shared = (2 * kRows * (D + kOwnPad) + 2 * kTile * D + 2 * kTile) * sizeof(float);
     launch_with_shared(attention_dkv_kernel<D>, dim3(blocks_for(seq, kRows), batch * kv_heads), kRows, dkv_shared,
                        "attention_dkv_kernel", dk, dv, dout, lse, delta, q, k, v, seq, heads, kv_heads, scale);
 }
