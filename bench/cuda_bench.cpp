@@ -149,20 +149,8 @@ void bench_updates(double copy_gbs, std::mt19937_64& rng) {
             codes.zero();
             const float initial_scale = 30.0f;
             DeviceArray<float> scale = to_device(MemCategory::weights, &initial_scale, 1);
-            DeviceMoments moments;
-            moments.dtype = state;
-            moments.count = count;
+            DeviceMoments moments(TensorMoments(0, count, state));  // zeroed
             const size_t element = state == StateDtype::q8 ? 1 : 4;
-            moments.m = DeviceBuffer(MemCategory::optimizer, count * element);
-            moments.v = DeviceBuffer(MemCategory::optimizer, count * element);
-            moments.m.zero();
-            moments.v.zero();
-            if (state == StateDtype::q8) {
-                moments.m_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
-                moments.v_absmax = DeviceArray<float>(MemCategory::optimizer, count / kStateBlock);
-                moments.m_absmax.zero();
-                moments.v_absmax.zero();
-            }
             int64_t t = 1;
             const double ms = median_ms([&] {
                 DeviceDqtStep step(DeviceCodedTensor{codes.data(), scale.data(), count, grid, 3}, AdamWConfig{},
