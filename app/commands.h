@@ -46,6 +46,7 @@ struct MethodFlags {
     bool quantize_embedding = false;
     bool quantize_head = false;
     int residual_bits = 0;               // --dqt-residual-bits
+    int residual_overhang = 0;           // --dqt-overhang
 };
 void add_method_flags(CLI::App& command, MethodFlags& flags);
 // Parses and validates the flags; --bits and --rounding given without --method dqt are errors.

@@ -21,6 +21,10 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
                        "dqt: keep each coded weight's position between grid points in this many bits (1..8, one "
                        "byte a weight; the update rounds stochastically onto that finer grid); default 0: none")
         ->check(CLI::Range(0, 8));
+    command.add_option("--dqt-overhang", f.residual_overhang,
+                       "dqt with --dqt-residual-bits: grid steps a weight's fine position may run past the "
+                       "outermost codes, so a weight pushed beyond them flips back later (hysteresis); default 0")
+        ->check(CLI::Range(0, 127));
     command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
     command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
     command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
@@ -37,6 +41,7 @@ MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f
         require(command.count("--dqt-scale") == 0, "--dqt-scale applies to --method dqt only");
         require(command.count("--dqt-recipe") == 0, "--dqt-recipe applies to --method dqt only");
         require(command.count("--dqt-residual-bits") == 0, "--dqt-residual-bits applies to --method dqt only");
+        require(command.count("--dqt-overhang") == 0, "--dqt-overhang applies to --method dqt only");
     }
     config.grid = parse_code_grid(f.bits);
     config.rounding = parse_rounding(f.rounding);
@@ -48,6 +53,7 @@ MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f
     config.quantize_embedding = f.quantize_embedding;
     config.quantize_head = f.quantize_head;
     config.residual_bits = f.residual_bits;
+    config.residual_overhang = f.residual_overhang;
     config.compute = parse_compute_dtype(f.compute_dtype);
     config.validate();
     return config;

@@ -248,6 +248,12 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "unknown dqt recipe 'paper'");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-recipe reference"),
                           "--dqt-recipe applies to --method dqt only");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-overhang 2"),
+                          "--dqt-overhang needs --dqt-residual-bits");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-residual-bits 6 --dqt-overhang 2"),
+                          "does not fit the residual's byte");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-overhang 1"),
+                          "--dqt-overhang applies to --method dqt only");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --quantize-head"), "need --method bitnet or dqt");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --quantize-embedding"),
                           "--quantize-embedding needs --method dqt");

@@ -192,15 +192,20 @@ TEST(DqtUpdate, NearestLosesSmallUpdatesStochasticKeepsThemInExpectation) {
 // With sub-grid residuals, five steps on fresh random codes, residuals and gradients: every
 // code and residual equals the float64 reference fed the same uniforms (the weight's position
 // q R + r on the fine grid at most one fine step off, and rarely: a float-versus-double tie).
+// With an overhang, some weights at the outer codes move past them (r beyond R/2) and stay there.
 TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE(dqt::testing::seed_trace(seed));
     std::mt19937 rng(seed);
+    struct ResidualCase {
+        int residual_bits, overhang;
+    };
     for (const int bits : {1, 4})
-    for (const int residual_bits : {1, 3, 8})
+    for (const ResidualCase c : {ResidualCase{1, 0}, {3, 0}, {8, 0}, {1, 3}, {3, 2}, {6, 1}})
     for (const Rounding mode : {Rounding::stochastic, Rounding::nearest}) {
-        SCOPED_TRACE("bits " + std::to_string(bits) + ", residual bits " + std::to_string(residual_bits) + ", " +
-                     rounding_name(mode));
+        const int residual_bits = c.residual_bits;
+        SCOPED_TRACE("bits " + std::to_string(bits) + ", residual bits " + std::to_string(residual_bits) +
+                     ", overhang " + std::to_string(c.overhang) + ", " + rounding_name(mode));
         const CodeGrid grid{bits};
         const int steps = 1 << residual_bits;
         const size_t count = 1003;
@@ -222,22 +227,27 @@ TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
         AdamWConfig config;
         config.weight_decay = 0.01f;
         const float lr = 0.3f / scale;  // a third of a grid step: codes move, residuals more so
-        int ties = 0, moved = 0;
+        int ties = 0, moved = 0, past_the_ends = 0;
         for (int64_t t = 1; t <= 5; ++t) {
             std::normal_distribution<float> normal(0.0f, 0.01f);
             for (size_t i = 0; i < count; ++i) g_ref[i] = g[i] = normal(rng);
             const std::vector<float> u = tensor_uniforms(seed, t, tensor_id, count);
             dqt_step(CodedTensor{codes.data(), &scale, count, grid, tensor_id}, g.data(), moments, config, lr, t,
-                     DqtRounding{mode, seed, ScaleRule::learned, residual_bits});
+                     DqtRounding{mode, seed, ScaleRule::learned, residual_bits, c.overhang});
             const std::vector<int> q_before = q;
             scale_ref = dqt_update_reference(q.data(), scale_ref, m_ref.data(), v_ref.data(), g_ref.data(), u.data(),
                                              count, grid, config, lr, t, mode, ScaleRule::learned, scale_m_ref,
-                                             scale_v_ref, r.data(), residual_bits);
+                                             scale_v_ref, r.data(), residual_bits, c.overhang);
             ASSERT_NEAR(scale, scale_ref, 1e-5 * scale_ref);
             scale = static_cast<float>(scale_ref);
             for (size_t i = 0; i < count; ++i) {
                 const int fast_q = read_code(codes.data(), grid, i), fast_r = moments.residual[i];
-                ASSERT_TRUE(fast_r >= -steps / 2 && fast_r < steps / 2) << "residual " << fast_r << " at " << i;
+                const bool at_bottom = fast_q == grid.qn(), at_top = fast_q == grid.qp();
+                const int lowest_r = at_bottom ? -c.overhang * steps : -steps / 2;
+                const int highest_r = at_top ? c.overhang * steps : steps / 2 - 1;
+                ASSERT_TRUE(fast_r >= std::min(lowest_r, -steps / 2) && fast_r <= std::max(highest_r, steps / 2 - 1))
+                    << "residual " << fast_r << " at " << i;
+                past_the_ends += (at_top && fast_r >= steps / 2) || (at_bottom && fast_r < -steps / 2);
                 moved += q[i] != q_before[i];
                 if (fast_q == q[i] && fast_r == r[i]) continue;
                 ASSERT_LE(std::abs((fast_q * steps + fast_r) - (q[i] * steps + r[i])), 1) << "element " << i;
@@ -248,6 +258,46 @@ TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
         }
         EXPECT_LE(ties, 3);
         EXPECT_GT(moved, static_cast<int>(count) / 20) << "the update barely moved any code";
+        if (c.overhang == 0) {
+            EXPECT_EQ(past_the_ends, 0);
+        } else if (bits == 1) {  // a third of the codes sit at an end; some are pushed past it
+            EXPECT_GT(past_the_ends, static_cast<int>(count) / 50);
+        }
+    }
+}
+
+// Hysteresis: a ternary weight at +1 pushed up eight eighths of a grid step, then down as far,
+// is still +1 with an overhang (its fine position ran to 2 and came back to 1); clipped at the
+// grid's end it is 0. Sixteen steps down from there end at 0 with either.
+TEST(DqtUpdate, AnOverhangFlipsBackLater) {
+    const CodeGrid grid{1};
+    const size_t count = 64;
+    AdamWConfig config;
+    config.weight_decay = 0.0f;
+    config.beta1 = 0.0f;  // m = g: every step is lr * sign(g) (eps negligible)
+    config.beta2 = 0.0f;
+    const float scale = 64.0f;  // powers of two: every position below is exact
+    const float lr = 0.125f / scale;
+    const std::vector<float> up(count, -1.0f), down(count, 1.0f);
+    for (const int overhang : {0, 2}) {
+        std::vector<uint8_t> codes(code_bytes(grid, count));
+        for (size_t i = 0; i < count; ++i) write_code(codes.data(), grid, i, 1);
+        TensorMoments moments(0, count, StateDtype::fp32, true);
+        float s = scale;
+        int64_t t = 0;
+        auto push = [&](const std::vector<float>& g, int times) {
+            for (int k = 0; k < times; ++k) {
+                dqt_step(CodedTensor{codes.data(), &s, count, grid, 3}, g.data(), moments, config, lr, ++t,
+                         DqtRounding{Rounding::nearest, 5, ScaleRule::reference, 4, overhang});
+            }
+        };
+        push(up, 8);
+        EXPECT_EQ(read_code(codes.data(), grid, 0), 1);
+        EXPECT_EQ(moments.residual[0], overhang > 0 ? 16 : 0);  // one grid step past +1, or clipped there
+        push(down, 8);
+        for (size_t i = 0; i < count; ++i) EXPECT_EQ(read_code(codes.data(), grid, i), overhang > 0 ? 1 : 0) << i;
+        push(down, overhang > 0 ? 8 : 0);
+        for (size_t i = 0; i < count; ++i) EXPECT_EQ(read_code(codes.data(), grid, i), 0) << i;
     }
 }
 

@@ -216,6 +216,8 @@ std::vector<MethodCase> method_cases() {
     dqt_8bit_quantized_ends.quantize_head = true;
     MethodConfig dqt_residual = dqt_learned_scale;
     dqt_residual.residual_bits = 4;
+    MethodConfig dqt_overhang = dqt_residual;
+    dqt_overhang.residual_overhang = 2;
     return {{"fp", MethodConfig{}},
             {"bitnet", bitnet},
             {"dqt_ternary", dqt_ternary},
@@ -226,7 +228,7 @@ std::vector<MethodCase> method_cases() {
             {"dqt_learned_scale_8bit_state_fused", dqt_learned_scale, StateDtype::q8, true},
             {"dqt_8bit_quantized_ends_8bit_state_fused", dqt_8bit_quantized_ends, StateDtype::q8, true},
             {"dqt_residual4_learned_scale", dqt_residual},
-            {"dqt_residual4_8bit_state_fused", dqt_residual, StateDtype::q8, true},
+            {"dqt_residual4_overhang2_8bit_state_fused", dqt_overhang, StateDtype::q8, true},
             {"bitnet_tied", bitnet, StateDtype::fp32, false, true},
             {"dqt_ternary_tied_8bit_state_fused", dqt_ternary, StateDtype::q8, true, true}};
 }

@@ -333,7 +333,8 @@ void DeviceOptimizer::step(DeviceModel& model, const float* gradients, const Ada
             DeviceDqtStep step(DeviceCodedTensor{model.code(tensor), model.scale(tensor), tensor.count(), host.method.grid,
                                                  tensor.tensor_id},
                                config, lr, t,
-                               DqtRounding{host.method.rounding, seed, host.method.scale_rule, tensor.residual_bits});
+                               DqtRounding{host.method.rounding, seed, host.method.scale_rule, tensor.residual_bits,
+                                           tensor.residual_bits > 0 ? host.method.residual_overhang : 0});
             step.apply(g, moments, 0, tensor.count());
             step.finish(moments);
         } else {

@@ -21,6 +21,12 @@ void MethodConfig::validate() const {
     }
     require(residual_bits >= 0 && residual_bits <= 8, "--dqt-residual-bits must be 0 to 8, got " + std::to_string(residual_bits));
     require(residual_bits == 0 || kind == Method::dqt, "--dqt-residual-bits applies to --method dqt only");
+    require(residual_overhang >= 0, "--dqt-overhang must be 0 or more, got " + std::to_string(residual_overhang));
+    require(residual_overhang == 0 || residual_bits > 0, "--dqt-overhang needs --dqt-residual-bits (the fine position it extends)");
+    // The residual is one int8: r ranges over [-H R, H R] at the outer codes, R = 2^residual_bits.
+    require(residual_overhang == 0 || residual_overhang * (1 << residual_bits) <= 127,
+            "--dqt-overhang " + std::to_string(residual_overhang) + " with --dqt-residual-bits " +
+                std::to_string(residual_bits) + " does not fit the residual's byte: overhang x 2^bits must be at most 127");
 }
 
 std::string MethodConfig::label() const {
@@ -30,7 +36,8 @@ std::string MethodConfig::label() const {
         case Method::dqt:
             return "dqt-" + grid.label() + (rounding == Rounding::nearest ? "-nearest" : "") +
                    (scale_rule == ScaleRule::learned ? "-learned-scale" : "") +
-                   (residual_bits > 0 ? "-residual" + std::to_string(residual_bits) : "");
+                   (residual_bits > 0 ? "-residual" + std::to_string(residual_bits) : "") +
+                   (residual_overhang > 0 ? "-overhang" + std::to_string(residual_overhang) : "");
     }
     return "?";
 }
@@ -81,6 +88,7 @@ void to_json(nlohmann::json& j, const MethodConfig& c) {
                        {"rounding", rounding_name(c.rounding)},
                        {"scale_rule", scale_rule_name(c.scale_rule)},
                        {"residual_bits", c.residual_bits},
+                       {"residual_overhang", c.residual_overhang},
                        {"quantize_embedding", c.quantize_embedding},
                        {"quantize_head", c.quantize_head},
                        {"compute_dtype", compute_dtype_name(c.compute)}};
@@ -95,6 +103,7 @@ void from_json(const nlohmann::json& j, MethodConfig& c) {
         c.scale_rule = parse_scale_rule(j.value("scale_rule", std::string("reference")));
         // Absent in files written before the residual existed: none.
         c.residual_bits = j.value("residual_bits", 0);
+        c.residual_overhang = j.value("residual_overhang", 0);
         c.quantize_embedding = j.at("quantize_embedding").get<bool>();
         c.quantize_head = j.at("quantize_head").get<bool>();
         c.compute = parse_compute_dtype(j.at("compute_dtype").get<std::string>());

@@ -36,6 +36,10 @@ struct MethodConfig {
     // one int8 a weight), so an update smaller than a grid step accumulates instead of being
     // rounded away or turned into a random flip; the forward still reads only the codes.
     int residual_bits = 0;
+    // dqt with residuals: grid steps a weight's fine position may run past the outermost codes
+    // (0: clipped at them). A weight pushed beyond +1 stays at code +1 but needs more updates
+    // the other way before it flips back: the hysteresis a bitnet latent weight has.
+    int residual_overhang = 0;
     bool quantize_embedding = false;
     bool quantize_head = false;
     ComputeDtype compute = ComputeDtype::fp32;  // bf16: GEMM operands rounded to bf16

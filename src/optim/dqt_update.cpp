@@ -99,6 +99,9 @@ DqtStepConstants dqt_step_constants(const CodeGrid& grid, float old_scale, int t
     k.tensor_id = tensor_id;
     k.residual_steps = rounding.residual_bits > 0 ? static_cast<float>(1 << rounding.residual_bits) : 0.0f;
     k.inv_residual_steps = rounding.residual_bits > 0 ? 1.0f / k.residual_steps : 0.0f;
+    require(rounding.residual_overhang == 0 || rounding.residual_bits > 0,
+            "DqtStep: an overhang needs sub-grid residuals (tensor " + std::to_string(tensor_id) + ")");
+    k.overhang = static_cast<float>(rounding.residual_overhang);
     return k;
 }
 
@@ -162,7 +165,7 @@ void snap_with_residuals(const float* w, size_t count, float scale, const CodeGr
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
                             Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v, int* r,
-                            int residual_bits) {
+                            int residual_bits, int residual_overhang) {
     int top = grid.qn() - 1;
     double code_gradient_dot = 0.0;
     for (size_t i = 0; i < count; ++i) {
@@ -180,7 +183,8 @@ double dqt_update_reference(int* q, double scale, double* m, double* v, const do
         v[i] = config.beta2 * v[i] + (1.0 - config.beta2) * g[i] * g[i];
         const double w1 = w - lr * std::sqrt(bias2) / bias1 * m[i] / (std::sqrt(v[i]) + config.eps);
         const double w2 = w1 - lr * config.weight_decay * w1;
-        const double x = std::clamp(w2 * new_scale, static_cast<double>(grid.qn()), static_cast<double>(grid.qp()));
+        const double x = std::clamp(w2 * new_scale, static_cast<double>(grid.qn() - residual_overhang),
+                                    static_cast<double>(grid.qp() + residual_overhang));
         const double fine = x * steps;
         const double lower = std::floor(fine);
         const double rounded = mode == Rounding::stochastic ? lower + (u[i] < fine - lower ? 1.0 : 0.0) : std::nearbyint(fine);
@@ -188,7 +192,7 @@ double dqt_update_reference(int* q, double scale, double* m, double* v, const do
             q[i] = static_cast<int>(rounded);
             continue;
         }
-        q[i] = static_cast<int>(std::floor(rounded / steps + 0.5));
+        q[i] = std::clamp(static_cast<int>(std::floor(rounded / steps + 0.5)), grid.qn(), grid.qp());
         r[i] = static_cast<int>(rounded - q[i] * steps);
     }
     if (!learned) return new_scale;

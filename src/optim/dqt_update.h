@@ -14,6 +14,8 @@
 // With sub-grid residuals (DqtRounding::residual_bits = b > 0, R = 2^b): W = (q + r / R) / s,
 // and the rounding is onto the grid R times finer, x R -> y, then q = the code nearest y / R
 // (ties up) and r = y - q R in [-R/2, R/2). The forward reads q only; r lives in the moments.
+// With an overhang H (DqtRounding::residual_overhang), the clip is to [qn - H, qp + H] and q is
+// then clipped to [qn, qp], so r reaches H R at the outer codes.
 #include <cstddef>
 #include <cstdint>
 
@@ -40,6 +42,7 @@ struct DqtRounding {
     uint64_t seed = 0;
     ScaleRule scale_rule = ScaleRule::reference;
     int residual_bits = 0;  // > 0: the moments hold sub-grid residuals (model/method.h)
+    int residual_overhang = 0;  // with residuals: grid steps the position may run past the outer codes
 };
 
 // One DQT step of a coded tensor, applied to element ranges (each once, any order) and then
@@ -84,10 +87,10 @@ void snap_with_residuals(const float* w, size_t count, float scale, const CodeGr
 
 // Float64 reference of the same update: q holds codes as integers; u[i] is element i's
 // uniform (ignored for nearest); scale_m, scale_v the learned rule's moments; r the sub-grid
-// residuals when residual_bits > 0. Returns the new scale.
+// residuals when residual_bits > 0, residual_overhang as DqtRounding's. Returns the new scale.
 double dqt_update_reference(int* q, double scale, double* m, double* v, const double* g, const float* u,
                             size_t count, const CodeGrid& grid, const AdamWConfig& config, double lr, int64_t t,
                             Rounding mode, ScaleRule scale_rule, double& scale_m, double& scale_v,
-                            int* r = nullptr, int residual_bits = 0);
+                            int* r = nullptr, int residual_bits = 0, int residual_overhang = 0);
 
 }  // namespace dqt

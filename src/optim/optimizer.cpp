@@ -13,7 +13,8 @@ TensorUpdate::TensorUpdate(ModelParameters& model, const ParamTensor& tensor, Op
         const CodedTensor coded{model.code(tensor), &model.scale(tensor), tensor.count(), model.method.grid,
                                 tensor.tensor_id};
         dqt_.emplace(coded, config, lr, t,
-                     DqtRounding{model.method.rounding, seed, model.method.scale_rule, tensor.residual_bits});
+                     DqtRounding{model.method.rounding, seed, model.method.scale_rule, tensor.residual_bits,
+                                 tensor.residual_bits > 0 ? model.method.residual_overhang : 0});
     } else {
         adamw_.emplace(config, lr, t, tensor.is_matrix());
     }

@@ -43,6 +43,7 @@ struct DqtStepConstants {
     int tensor_id;
     float residual_steps;      // R = 2^residual_bits sub-grid steps a grid step; 0: no residual
     float inv_residual_steps;  // 1 / R
+    float overhang;            // with a residual: grid steps the position may lie past qn and qp
 };
 
 // The reference rule's rounding scale: qp / max(W) of the pre-update tensor, from its top code.
@@ -53,6 +54,8 @@ DQT_HOST_DEVICE inline float reference_rule_scale(float old_scale, int qp, int t
 // Element i: position = its weight in grid steps (q, plus r / R with residuals), g its gradient,
 // m and v its moments (updated; the caller stores them in their dtype), u its rounding uniform,
 // inv_old_scale = 1 / k.old_scale. Returns the new code; with residuals also sets *residual.
+// The position is clipped to [qn - H, qp + H] (H = k.overhang, 0 without a residual) and the
+// code to [qn, qp]: beyond the outer codes, r counts how far past them the weight lies.
 DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float inv_old_scale, float position,
                                                 float g, float& m, float& v, float u, int8_t* residual) {
     const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
@@ -60,13 +63,16 @@ DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float
     v = k.b2 * v + (1.0f - k.b2) * g * g;
     const float stepped = position * inv_old_scale - k.step_size * m / (sqrtf(v) + k.eps);
     float x = stepped * k.keep * k.new_scale;
-    x = x < qn ? qn : x;  // clip to [qn, qp]; NaN stays NaN on both sides
-    x = qp < x ? qp : x;
+    const float lowest = qn - k.overhang, highest = qp + k.overhang;
+    x = x < lowest ? lowest : x;  // clip to [qn - H, qp + H]; NaN stays NaN on both sides
+    x = highest < x ? highest : x;
     if (k.residual_steps == 0.0f) return k.stochastic ? stochastic_round(x, u) : nearest_round(x);
     const float fine = x * k.residual_steps;  // in [qn R, qp R]
     const float rounded = k.stochastic ? stochastic_round(fine, u) : nearest_round(fine);
-    const float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
-    *residual = static_cast<int8_t>(rounded - q * k.residual_steps);                   // in [-R/2, R/2)
+    float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
+    q = q < qn ? qn : q;  // only with an overhang can the nearest lie past the outer codes
+    q = qp < q ? qp : q;
+    *residual = static_cast<int8_t>(rounded - q * k.residual_steps);  // in [-R/2, R/2), or to H R at the ends
     return q;
 }
 
