@@ -10,6 +10,9 @@ tuning-grid run and against the grid's best runs (docs/results.md, "Closing the 
 Arms:
   residualB          ternary dqt with a B-bit sub-grid residual per weight (--dqt-residual-bits B):
                      the update accumulates below one grid step instead of flipping codes at random
+  residualB-hH       the same, its fine position allowed H grid steps past -1 and +1 (--dqt-overhang H):
+                     a weight pushed beyond an outer code needs as much push back before it flips
+                     (the hysteresis of bitnet's latent weights, which lie up to ~3 steps out)
   warm8-fF           ternary dqt warm-started in 8 bits: dqt-8 for F of the budget, then ternary dqt
                      from it (dqt train --init-from: TWN) for the rest; codes and scales throughout
   bitnet-warmfp-fF   the same warm start given to the baseline: fp for F of the budget, then bitnet
@@ -37,6 +40,8 @@ SOURCE_FLAGS = {"dqt-8": grid.METHODS["dqt-8"], "fp": ["--method", "fp"]}
 def arm_table():
     """name -> (target method, extra flags of the target, warm-start source or None, fraction)."""
     arms = {f"residual{b}": ("dqt-1.58", ["--dqt-residual-bits", str(b)], None, None) for b in (8, 4, 2)}
+    for b, h in ((4, 3), (2, 3), (4, 1)):
+        arms[f"residual{b}-h{h}"] = ("dqt-1.58", ["--dqt-residual-bits", str(b), "--dqt-overhang", str(h)], None, None)
     for fraction in (0.8, 0.5):
         arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", [], "dqt-8", fraction)
         arms[f"bitnet-warmfp-f{fraction:g}"] = ("bitnet", [], "fp", fraction)
