@@ -303,11 +303,17 @@ TEST(DqtUpdate, AnOverhangFlipsBackLater) {
 
 // A run's codes and residuals start where its real values lie: q + r / R is w s on the fine
 // grid (to half a fine step), for random values over the whole grid, the residuals of a part of
-// the tensor (a shard), every code.
+// the tensor (a shard), every code; values beyond the grid's ends are clipped at them, or with
+// an overhang H at H steps past them (their codes at the ends).
 TEST(DqtUpdate, ResidualsStartAtTheRealValues) {
     std::mt19937 rng(dqt::testing::test_seed());
+    struct ResidualCase {
+        int residual_bits, overhang;
+    };
     for (const int bits : {1, 4})
-    for (const int residual_bits : {2, 8}) {
+    for (const ResidualCase c : {ResidualCase{2, 0}, {8, 0}, {2, 3}, {4, 1}}) {
+        SCOPED_TRACE("bits " + std::to_string(bits) + "/" + std::to_string(c.residual_bits) + ", overhang " +
+                     std::to_string(c.overhang));
         const CodeGrid grid{bits};
         const size_t count = 2048, first = 512, part = 1024;
         std::normal_distribution<float> normal(0.0f, 0.05f);
@@ -316,13 +322,22 @@ TEST(DqtUpdate, ResidualsStartAtTheRealValues) {
         const float scale = grid.qp() / 0.06f;  // some weights beyond the grid's ends: clipped
         std::vector<uint8_t> codes(code_bytes(grid, count));
         std::vector<int8_t> r(part);
-        snap_with_residuals(w.data(), count, scale, grid, residual_bits, codes.data(), first, part, r.data());
-        const double steps = std::ldexp(1.0, residual_bits);
+        snap_with_residuals(w.data(), count, scale, grid, c.residual_bits, c.overhang, codes.data(), first, part,
+                            r.data());
+        const double steps = std::ldexp(1.0, c.residual_bits);
+        const double lowest = grid.qn() - c.overhang, highest = grid.qp() + c.overhang;
+        int past_the_ends = 0;
         for (size_t i = 0; i < part; ++i) {
-            const double x = std::clamp(static_cast<double>(w[first + i]) * scale, double(grid.qn()), double(grid.qp()));
-            const double fine = read_code(codes.data(), grid, first + i) + r[i] / steps;
-            ASSERT_LE(std::fabs(fine - x), 0.5 / steps + 1e-6) << "bits " << bits << "/" << residual_bits << " at " << i;
-            ASSERT_TRUE(r[i] >= -steps / 2 && r[i] < steps / 2);
+            const double x = std::clamp(static_cast<double>(w[first + i]) * scale, lowest, highest);
+            const int q = read_code(codes.data(), grid, first + i);
+            const double fine = q + r[i] / steps;
+            ASSERT_LE(std::fabs(fine - x), 0.5 / steps + 1e-6) << i;
+            const bool outer = q == grid.qn() || q == grid.qp();
+            ASSERT_TRUE((r[i] >= -steps / 2 && r[i] < steps / 2) || (outer && std::abs(r[i]) <= c.overhang * steps));
+            past_the_ends += !(r[i] >= -steps / 2 && r[i] < steps / 2);
+        }
+        if (c.overhang > 0) {
+            EXPECT_GT(past_the_ends, 0);
         }
         for (size_t i = 0; i < count; ++i) {  // every code is the nearest, up to a fine step's tie
             const double x = std::clamp(static_cast<double>(w[i]) * scale, double(grid.qn()), double(grid.qp()));

@@ -151,12 +151,14 @@ void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
 }
 
 void snap_with_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
-                         uint8_t* codes, size_t first, size_t part, int8_t* residuals) {
+                         int residual_overhang, uint8_t* codes, size_t first, size_t part, int8_t* residuals) {
     const float steps = static_cast<float>(1 << residual_bits), inv_steps = 1.0f / steps;
     const float qn = static_cast<float>(grid.qn()), qp = static_cast<float>(grid.qp());
+    const float lowest = qn - static_cast<float>(residual_overhang), highest = qp + static_cast<float>(residual_overhang);
     for (size_t i = 0; i < count; ++i) {
-        const float fine = std::nearbyint(std::min(std::max(w[i] * scale, qn), qp) * steps);
-        const float q = std::floor((fine + 0.5f * steps) * inv_steps);  // as update_range splits
+        const float fine = std::nearbyint(std::min(std::max(w[i] * scale, lowest), highest) * steps);
+        // As the update splits: the nearest code (ties up), inside the grid.
+        const float q = std::min(std::max(std::floor((fine + 0.5f * steps) * inv_steps), qn), qp);
         write_code(codes, grid, i, static_cast<int>(q));
         if (i >= first && i < first + part) residuals[i - first] = static_cast<int8_t>(fine - q * steps);
     }

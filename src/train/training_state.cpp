@@ -58,6 +58,7 @@ void TrainingState::start_all_residuals(const ModelParameters* initial) {
             for (size_t i = 0; i < tensor.count(); ++i) real[i] = model.initial_draw(options_.seed, tensor, i);
         }
         snap_with_residuals(real.data(), tensor.count(), model.scale(tensor), model.method.grid, tensor.residual_bits,
+                            model.method.residual_overhang,
                             model.code(tensor), moments.first, moments.count, moments.residual.data());
     }
 }
