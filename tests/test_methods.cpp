@@ -73,6 +73,15 @@ MethodConfig dqt_method(int bits) {
     return m;
 }
 
+// Adam without memory or decay: m = g, so every step is lr * sign(g) (eps negligible).
+AdamWConfig sign_step_config() {
+    AdamWConfig config;
+    config.weight_decay = 0.0f;
+    config.beta1 = 0.0f;
+    config.beta2 = 0.0f;
+    return config;
+}
+
 }  // namespace
 
 // Five DQT steps on one tensor with fresh random codes and gradients: every code, the scale
@@ -272,10 +281,7 @@ TEST(DqtUpdate, ResidualsMatchFloat64Reference) {
 TEST(DqtUpdate, AnOverhangFlipsBackLater) {
     const CodeGrid grid{1};
     const size_t count = 64;
-    AdamWConfig config;
-    config.weight_decay = 0.0f;
-    config.beta1 = 0.0f;  // m = g: every step is lr * sign(g) (eps negligible)
-    config.beta2 = 0.0f;
+    const AdamWConfig config = sign_step_config();
     const float scale = 64.0f;  // powers of two: every position below is exact
     const float lr = 0.125f / scale;
     const std::vector<float> up(count, -1.0f), down(count, 1.0f);
@@ -352,10 +358,7 @@ TEST(DqtUpdate, ResidualsStartAtTheRealValues) {
 TEST(DqtUpdate, ResidualsAccumulateUpdatesSmallerThanAGridStep) {
     const CodeGrid grid{1};
     const size_t count = 64;
-    AdamWConfig config;
-    config.weight_decay = 0.0f;
-    config.beta1 = 0.0f;  // m = g: every step is lr * sign(g) (eps negligible)
-    config.beta2 = 0.0f;
+    const AdamWConfig config = sign_step_config();
     const float scale = 50.0f;
     const float lr = 0.1f / scale;
     const std::vector<float> g(count, 1.0f);
