@@ -40,7 +40,7 @@ SOURCE_FLAGS = {"dqt-8": grid.METHODS["dqt-8"], "fp": ["--method", "fp"]}
 def arm_table():
     """name -> (target method, extra flags of the target, warm-start source or None, fraction)."""
     arms = {f"residual{b}": ("dqt-1.58", ["--dqt-residual-bits", str(b)], None, None) for b in (8, 4, 2)}
-    for b, h in ((4, 3), (2, 3), (4, 1)):
+    for b, h in ((4, 3), (2, 3), (4, 1), (6, 1), (5, 2)):
         arms[f"residual{b}-h{h}"] = ("dqt-1.58", ["--dqt-residual-bits", str(b), "--dqt-overhang", str(h)], None, None)
     for fraction in (0.8, 0.5):
         arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", [], "dqt-8", fraction)
