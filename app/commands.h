@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/method.h"
 #include "model/parameters.h"
+#include "train/dqt_recipe.h"
 #include "optim/optimizer_state.h"
 
 namespace dqt::cli {
@@ -52,6 +53,8 @@ void add_method_flags(CLI::App& command, MethodFlags& flags);
 // Parses and validates the flags; --bits and --rounding given without --method dqt are errors.
 // A dqt scale rule not given is the --dqt-recipe's.
 MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& flags);
+// Which settings of the dqt recipe (train/dqt_recipe.h) the command line gave explicitly.
+ExplicitSettings explicit_settings(const CLI::App& command);
 StateDtype resolve_optim_state(const MethodFlags& flags);
 
 // Checks for whole-number flags, in place of CLI11's PositiveNumber and NonNegativeNumber

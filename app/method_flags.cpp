@@ -45,18 +45,31 @@ MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& f
     }
     config.grid = parse_code_grid(f.bits);
     config.rounding = parse_rounding(f.rounding);
-    const DqtRecipe recipe = parse_dqt_recipe(f.recipe);
-    if (config.kind == Method::dqt) {
-        config.scale_rule = command.count("--dqt-scale") > 0 ? parse_scale_rule(f.scale_rule)
-                                                             : dqt_recipe_settings(recipe).scale_rule;
-    }
+    if (command.count("--dqt-scale") > 0) config.scale_rule = parse_scale_rule(f.scale_rule);
     config.quantize_embedding = f.quantize_embedding;
     config.quantize_head = f.quantize_head;
     config.residual_bits = f.residual_bits;
     config.residual_overhang = f.residual_overhang;
     config.compute = parse_compute_dtype(f.compute_dtype);
+    apply_dqt_recipe(parse_dqt_recipe(f.recipe), explicit_settings(command), config);
     config.validate();
     return config;
+}
+
+ExplicitSettings explicit_settings(const CLI::App& command) {
+    // A command without an option (bench train has no --lr) cannot have been given it.
+    const auto given_flag = [&](const std::string& name) {
+        const CLI::Option* option = command.get_option_no_throw(name);
+        return option != nullptr && option->count() > 0;
+    };
+    ExplicitSettings given;
+    given.scale_rule = given_flag("--dqt-scale");
+    given.residual_bits = given_flag("--dqt-residual-bits");
+    given.overhang = given_flag("--dqt-overhang");
+    given.beta1 = given_flag("--beta1");
+    given.lr = given_flag("--lr");
+    given.min_lr_ratio = given_flag("--min-lr-ratio");
+    return given;
 }
 
 StateDtype resolve_optim_state(const MethodFlags& f) { return parse_state_dtype(f.optim_state); }

@@ -248,8 +248,10 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "unknown dqt recipe 'paper'");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-recipe reference"),
                           "--dqt-recipe applies to --method dqt only");
-    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-overhang 2"),
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-residual-bits 0 --dqt-overhang 2"),
                           "--dqt-overhang needs --dqt-residual-bits");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-overhang 2"),
+                          "--dqt-overhang 2 with --dqt-residual-bits 8 does not fit");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-residual-bits 6 --dqt-overhang 2"),
                           "does not fit the residual's byte");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-overhang 1"),
@@ -321,12 +323,14 @@ TEST(Cli, DqtRunsStartFromTheirRecipe) {
     };
     const nlohmann::json tuned = trained_config("tuned", "--method dqt");
     EXPECT_EQ(tuned.at("method").at("scale_rule"), "learned");
-    EXPECT_FLOAT_EQ(tuned.at("beta1").get<float>(), 0.98f);
+    EXPECT_EQ(tuned.at("method").at("residual_bits"), 8);
+    EXPECT_FLOAT_EQ(tuned.at("beta1").get<float>(), 0.9f);
     EXPECT_FLOAT_EQ(tuned.at("lr").get<float>(), 3e-3f);
     EXPECT_FLOAT_EQ(tuned.at("min_lr_ratio").get<float>(), 0.0f);
 
     const nlohmann::json reference = trained_config("reference", "--method dqt --dqt-recipe reference");
     EXPECT_EQ(reference.at("method").at("scale_rule"), "reference");
+    EXPECT_EQ(reference.at("method").at("residual_bits"), 0);
     EXPECT_FLOAT_EQ(reference.at("beta1").get<float>(), 0.9f);
     EXPECT_FLOAT_EQ(reference.at("lr").get<float>(), 2e-3f);
     EXPECT_FLOAT_EQ(reference.at("min_lr_ratio").get<float>(), 0.1f);
@@ -334,7 +338,17 @@ TEST(Cli, DqtRunsStartFromTheirRecipe) {
     const nlohmann::json mixed = trained_config("mixed", "--method dqt --lr 0.01 --dqt-scale reference");
     EXPECT_EQ(mixed.at("method").at("scale_rule"), "reference");
     EXPECT_FLOAT_EQ(mixed.at("lr").get<float>(), 0.01f);
-    EXPECT_FLOAT_EQ(mixed.at("beta1").get<float>(), 0.98f);
+    EXPECT_FLOAT_EQ(mixed.at("min_lr_ratio").get<float>(), 0.0f);
+    EXPECT_EQ(mixed.at("method").at("residual_bits"), 8);
+
+    const nlohmann::json lean = trained_config("lean", "--method dqt --dqt-residual-bits 0");
+    EXPECT_EQ(lean.at("method").at("residual_bits"), 0);
+    EXPECT_EQ(lean.at("method").at("scale_rule"), "learned");
+    const nlohmann::json overhang = trained_config("overhang", "--method dqt --dqt-residual-bits 6 --dqt-overhang 1");
+    EXPECT_EQ(overhang.at("method").at("residual_bits"), 6);
+    EXPECT_EQ(overhang.at("method").at("residual_overhang"), 1);
+    const nlohmann::json eight = trained_config("eight", "--method dqt --bits 8");
+    EXPECT_EQ(eight.at("method").at("residual_bits"), 0);
 
     const nlohmann::json fp = trained_config("fp", "--method fp");
     EXPECT_EQ(fp.at("method").at("scale_rule"), "reference");

@@ -28,9 +28,23 @@ TEST(DqtRecipe, TunedSetsTheMeasuredRecipe) {
     TrainOptions options = dqt_options();
     apply_dqt_recipe(DqtRecipe::tuned, ExplicitSettings{}, options);
     EXPECT_EQ(options.method.scale_rule, ScaleRule::learned);
-    EXPECT_EQ(options.adam.beta1, 0.98f);
+    EXPECT_EQ(options.method.residual_bits, 8);
+    EXPECT_EQ(options.method.residual_overhang, 0);
+    EXPECT_EQ(options.adam.beta1, 0.9f);
     EXPECT_EQ(options.lr, 3e-3f);
     EXPECT_EQ(options.min_lr_ratio, 0.0f);
+    options.method.validate();
+}
+
+// The residual was measured on ternary codes: runs of 2-8 bits get the rest of the recipe only.
+TEST(DqtRecipe, TheResidualIsTernarys) {
+    for (const int bits : {2, 4, 8}) {
+        TrainOptions options = dqt_options();
+        options.method.grid = CodeGrid{bits};
+        apply_dqt_recipe(DqtRecipe::tuned, ExplicitSettings{}, options);
+        EXPECT_EQ(options.method.scale_rule, ScaleRule::learned) << bits;
+        EXPECT_EQ(options.method.residual_bits, 0) << bits;
+    }
 }
 
 TEST(DqtRecipe, ReferenceIsThePapersRuleWithTheCommonDefaults) {
@@ -40,6 +54,7 @@ TEST(DqtRecipe, ReferenceIsThePapersRuleWithTheCommonDefaults) {
     options.lr = 1.0f;
     apply_dqt_recipe(DqtRecipe::reference, ExplicitSettings{}, options);
     EXPECT_EQ(options.method.scale_rule, ScaleRule::reference);
+    EXPECT_EQ(options.method.residual_bits, 0);
     EXPECT_EQ(options.adam.beta1, common.adam.beta1);
     EXPECT_EQ(options.lr, common.lr);
     EXPECT_EQ(options.min_lr_ratio, common.min_lr_ratio);
@@ -48,11 +63,15 @@ TEST(DqtRecipe, ReferenceIsThePapersRuleWithTheCommonDefaults) {
 TEST(DqtRecipe, SettingsGivenExplicitlyWin) {
     TrainOptions options = dqt_options();
     options.method.scale_rule = ScaleRule::reference;
+    options.method.residual_bits = 4;
+    options.method.residual_overhang = 3;
     options.adam.beta1 = 0.5f;
     options.lr = 1e-4f;
     options.min_lr_ratio = 0.25f;
-    apply_dqt_recipe(DqtRecipe::tuned, ExplicitSettings{true, true, true, true}, options);
+    apply_dqt_recipe(DqtRecipe::tuned, ExplicitSettings{true, true, true, true, true, true}, options);
     EXPECT_EQ(options.method.scale_rule, ScaleRule::reference);
+    EXPECT_EQ(options.method.residual_bits, 4);
+    EXPECT_EQ(options.method.residual_overhang, 3);
     EXPECT_EQ(options.adam.beta1, 0.5f);
     EXPECT_EQ(options.lr, 1e-4f);
     EXPECT_EQ(options.min_lr_ratio, 0.25f);
@@ -65,6 +84,7 @@ TEST(DqtRecipe, OtherMethodsAreLeftAlone) {
         const TrainOptions before = options;
         apply_dqt_recipe(DqtRecipe::tuned, ExplicitSettings{}, options);
         EXPECT_EQ(options.method.scale_rule, before.method.scale_rule);
+        EXPECT_EQ(options.method.residual_bits, before.method.residual_bits);
         EXPECT_EQ(options.adam.beta1, before.adam.beta1);
         EXPECT_EQ(options.lr, before.lr);
         EXPECT_EQ(options.min_lr_ratio, before.min_lr_ratio);
@@ -99,16 +119,17 @@ double mean_grid_movement(const nlohmann::json& first, const nlohmann::json& rec
     return sum / static_cast<double>(tensors.size());
 }
 
-// What made the tuned recipe the default (docs/results.md, "Why ternary DQT trails"): under the
-// reference rule a ternary tensor's grid step never moves and its codes churn; the tuned recipe's
-// grid step is learned (it grew 2x on the reproduction setup), and its slower first moment
-// changes fewer codes. (Its loss advantage needs the
-// 5 M-token setup, +4.4% against +18.4% of bitnet there; on this 300-step tiny model the two
-// recipes end within 0.01 nats, so the test asserts the mechanism, at one learning rate.)
-TEST(DqtRecipe, TunedGridIsLearnedAndItsCodesChurnLessThanTheReference) {
+// What the tuned recipe changes in a run (docs/results.md, "A fair comparison"): under the
+// reference rule a ternary tensor's grid step never moves; the tuned recipe's grid step is
+// learned, and its ternary codes carry an 8-bit sub-grid residual, which the run's memory record
+// counts as optimizer state. (The residual's arithmetic has its own tests in test_methods.cpp.
+// Its loss advantage needs the 5 M-token setup: +0.3% of bitnet's best against +13.3% without
+// it. On this 300-step, 32-wide model it does not show, so the test asserts the mechanism.)
+TEST(DqtRecipe, TunedGridIsLearnedAndItsCodesKeepAResidual) {
     TempDir root("dqt-recipe");
-    std::vector<nlohmann::json> records[2];
     const DqtRecipe recipes[2] = {DqtRecipe::reference, DqtRecipe::tuned};
+    std::vector<nlohmann::json> records[2];
+    std::string memory[2];
     for (int i = 0; i < 2; ++i) {
         TrainOptions options = tiny_train_options(root / dqt_recipe_name(recipes[i]));
         options.method.kind = Method::dqt;
@@ -123,6 +144,10 @@ TEST(DqtRecipe, TunedGridIsLearnedAndItsCodesChurnLessThanTheReference) {
         run_training(options, control);
         records[i] = code_records(options.out_dir);
         ASSERT_EQ(records[i].size(), 6u);
+        const std::string log = read_bytes(metrics_path_in(options.out_dir));
+        const size_t at = log.find("\"optimizer_state\"");
+        ASSERT_NE(at, std::string::npos) << "no memory record";
+        memory[i] = log.substr(at, log.find('\n', at) - at);
     }
     const auto& reference = records[0];
     const auto& tuned = records[1];
@@ -132,11 +157,8 @@ TEST(DqtRecipe, TunedGridIsLearnedAndItsCodesChurnLessThanTheReference) {
     }
     const double movement = mean_grid_movement(tuned.front(), tuned.back());
     EXPECT_GT(movement, 0.03) << "mean |ln(grid step ratio)| of the tuned run from step 50 to 300";
-    double changed[2] = {0, 0};  // codes changed over the intervals after the first, summed
-    for (int i = 0; i < 2; ++i) {
-        for (size_t r = 1; r < records[i].size(); ++r) changed[i] += records[i][r].at("changed_since").get<double>();
-    }
-    EXPECT_LT(changed[1], 0.8 * changed[0]) << "reference " << changed[0] << ", tuned " << changed[1];
+    EXPECT_EQ(memory[0].find("residual"), std::string::npos) << memory[0];
+    EXPECT_NE(memory[1].find("8-bit sub-grid residuals"), std::string::npos) << memory[1];
 }
 
 }  // namespace

@@ -88,10 +88,11 @@ void to_json(nlohmann::json& j, const MethodConfig& c) {
                        {"rounding", rounding_name(c.rounding)},
                        {"scale_rule", scale_rule_name(c.scale_rule)},
                        {"residual_bits", c.residual_bits},
-                       {"residual_overhang", c.residual_overhang},
                        {"quantize_embedding", c.quantize_embedding},
                        {"quantize_head", c.quantize_head},
                        {"compute_dtype", compute_dtype_name(c.compute)}};
+    // Only where used, so that the files of runs without one (and their exports) keep their bytes.
+    if (c.residual_overhang > 0) j["residual_overhang"] = c.residual_overhang;
 }
 
 void from_json(const nlohmann::json& j, MethodConfig& c) {

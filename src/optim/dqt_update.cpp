@@ -150,17 +150,16 @@ void DqtStep::finish(TensorMoments& moments, double code_gradient_dot) const {
                                       : k_.new_scale;
 }
 
-void snap_with_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
-                         int residual_overhang, uint8_t* codes, size_t first, size_t part, int8_t* residuals) {
-    const float steps = static_cast<float>(1 << residual_bits), inv_steps = 1.0f / steps;
-    const float qn = static_cast<float>(grid.qn()), qp = static_cast<float>(grid.qp());
-    const float lowest = qn - static_cast<float>(residual_overhang), highest = qp + static_cast<float>(residual_overhang);
+void start_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
+                     int residual_overhang, const uint8_t* codes, size_t first, int8_t* residuals) {
+    const int steps = 1 << residual_bits;
     for (size_t i = 0; i < count; ++i) {
-        const float fine = std::nearbyint(std::min(std::max(w[i] * scale, lowest), highest) * steps);
-        // As the update splits: the nearest code (ties up), inside the grid.
-        const float q = std::min(std::max(std::floor((fine + 0.5f * steps) * inv_steps), qn), qp);
-        write_code(codes, grid, i, static_cast<int>(q));
-        if (i >= first && i < first + part) residuals[i - first] = static_cast<int8_t>(fine - q * steps);
+        const int q = read_code(codes, grid, first + i);
+        // The code's cell on the fine grid: half a step either side, or the overhang past an end.
+        const int lowest = q == grid.qn() && residual_overhang > 0 ? -residual_overhang * steps : -steps / 2;
+        const int highest = q == grid.qp() && residual_overhang > 0 ? residual_overhang * steps : steps / 2 - 1;
+        const float offset = std::nearbyint((w[i] * scale - static_cast<float>(q)) * static_cast<float>(steps));
+        residuals[i] = static_cast<int8_t>(std::clamp(offset, static_cast<float>(lowest), static_cast<float>(highest)));
     }
 }
 

@@ -78,13 +78,13 @@ DqtStepConstants dqt_step_constants(const CodeGrid& grid, float old_scale, int t
 float learned_scale_after_step(const DqtStepConstants& k, float* scale_moments, double code_gradient_dot);
 
 // A run with sub-grid residuals starts from where its weights really are, not from grid
-// points: the real values w (count: the tensor's initial draw, or the model it starts from) at
-// scale s go onto the fine grid, y = round(clip(w s, qn - H, qp + H) R), and are split as the
-// update splits them: every code q = the code nearest y / R (ties up) inside [qn, qp], and the
-// residuals of elements [first, first + part) (this rank's share) r = y - q R. R =
-// 2^residual_bits, H = residual_overhang.
-void snap_with_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
-                         int residual_overhang, uint8_t* codes, size_t first, size_t part, int8_t* residuals);
+// points: the codes stay as the run's start set them (the initial draw rounded to nearest, or
+// the --init-from model's conversion), and each weight's residual is its real value's offset
+// from its code on the fine grid, r = round((w s - q) R), clipped to the code's cell ([-R/2,
+// R/2), or to H R past an outer code). w holds the real values of elements [first, first +
+// count) (this rank's share), residuals receives theirs. R = 2^residual_bits, H = residual_overhang.
+void start_residuals(const float* w, size_t count, float scale, const CodeGrid& grid, int residual_bits,
+                     int residual_overhang, const uint8_t* codes, size_t first, int8_t* residuals);
 
 // Float64 reference of the same update: q holds codes as integers; u[i] is element i's
 // uniform (ignored for nearest); scale_m, scale_v the learned rule's moments; r the sub-grid

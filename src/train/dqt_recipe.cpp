@@ -13,15 +13,24 @@ DqtRecipe parse_dqt_recipe(const std::string& name) {
 const char* dqt_recipe_name(DqtRecipe recipe) { return recipe == DqtRecipe::tuned ? "tuned" : "reference"; }
 
 DqtRecipeSettings dqt_recipe_settings(DqtRecipe recipe) {
-    if (recipe == DqtRecipe::tuned) return {ScaleRule::learned, 0.98f, 3e-3f, 0.0f};
+    if (recipe == DqtRecipe::tuned) return {ScaleRule::learned, 8, 0, 0.9f, 3e-3f, 0.0f};
     const TrainOptions common;
-    return {ScaleRule::reference, common.adam.beta1, common.lr, common.min_lr_ratio};
+    return {ScaleRule::reference, 0, 0, common.adam.beta1, common.lr, common.min_lr_ratio};
+}
+
+void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, MethodConfig& method) {
+    if (method.kind != Method::dqt) return;
+    const DqtRecipeSettings settings = dqt_recipe_settings(recipe);
+    if (!given.scale_rule) method.scale_rule = settings.scale_rule;
+    if (!method.grid.ternary()) return;
+    if (!given.residual_bits) method.residual_bits = settings.ternary_residual_bits;
+    if (!given.overhang) method.residual_overhang = settings.ternary_overhang;
 }
 
 void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options) {
     if (options.method.kind != Method::dqt) return;
+    apply_dqt_recipe(recipe, given, options.method);
     const DqtRecipeSettings settings = dqt_recipe_settings(recipe);
-    if (!given.scale_rule) options.method.scale_rule = settings.scale_rule;
     if (!given.beta1) options.adam.beta1 = settings.beta1;
     if (!given.lr) options.lr = settings.lr;
     if (!given.min_lr_ratio) options.min_lr_ratio = settings.min_lr_ratio;

@@ -48,18 +48,16 @@ void TrainingState::start_all_residuals(const ModelParameters* initial) {
     for (const ParamTensor& tensor : model.layout.tensors) {
         TensorMoments& moments = optimizer.of(tensor);
         if (tensor.residual_bits == 0) continue;
-        // The real values the codes were snapped from (scratch): every rank snaps the whole
-        // tensor the same way, and keeps the residuals of its share.
-        Array<float> real(MemCategory::scratch, tensor.count());
+        // The real values of this rank's share that the codes were made from (scratch).
+        Array<float> real(MemCategory::scratch, moments.count);
         if (initial) {
             const ParamTensor& source = initial->layout.tensors[static_cast<size_t>(tensor.tensor_id)];
-            source.traits().read_stored(*initial, source, 0, tensor.count(), real.data());
+            source.traits().read_stored(*initial, source, moments.first, moments.count, real.data());
         } else {
-            for (size_t i = 0; i < tensor.count(); ++i) real[i] = model.initial_draw(options_.seed, tensor, i);
+            for (size_t i = 0; i < moments.count; ++i) real[i] = model.initial_draw(options_.seed, tensor, moments.first + i);
         }
-        snap_with_residuals(real.data(), tensor.count(), model.scale(tensor), model.method.grid, tensor.residual_bits,
-                            model.method.residual_overhang,
-                            model.code(tensor), moments.first, moments.count, moments.residual.data());
+        start_residuals(real.data(), moments.count, model.scale(tensor), model.method.grid, tensor.residual_bits,
+                        model.method.residual_overhang, model.code(tensor), moments.first, moments.residual.data());
     }
 }
 
