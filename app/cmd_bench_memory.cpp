@@ -27,17 +27,20 @@ struct MemoryCase {
     int bits;  // dqt
     StateDtype state;
     bool fused;
+    int residual_bits = 0;  // dqt: sub-grid residual (the tuned recipe's ternary runs keep 8)
 };
 
 // dqt cases store the embedding and the lm_head as codes too (as the paper's code does), so the
 // whole model counts; bitnet keeps its fp32 latents everywhere.
-const std::array<MemoryCase, 6> kCases = {{
+const std::array<MemoryCase, 7> kCases = {{
     {"fp", "fp, fp32 AdamW", Method::fp, 0, StateDtype::fp32, false},
     {"bitnet", "bitnet, fp32 AdamW", Method::bitnet, 0, StateDtype::fp32, false},
     {"dqt-8", "dqt 8-bit, fp32 AdamW", Method::dqt, 8, StateDtype::fp32, false},
     {"dqt-1.58", "dqt ternary, fp32 AdamW", Method::dqt, 1, StateDtype::fp32, false},
     {"dqt-1.58-state8", "dqt ternary, 8-bit AdamW state", Method::dqt, 1, StateDtype::q8, false},
     {"dqt-1.58-state8-fused", "dqt ternary, 8-bit state, fused updates", Method::dqt, 1, StateDtype::q8, true},
+    {"dqt-1.58-state8-fused-residual8", "dqt ternary, 8-bit state, fused updates, 8-bit residual", Method::dqt, 1,
+     StateDtype::q8, true, 8},
 }};
 
 // The paper's 130M configuration (hidden 768, 12 layers, 12 heads, FFN 2048, seq 512, vocab 32002).
@@ -81,6 +84,7 @@ nlohmann::json run_case(const MemoryCase& c, const ModelConfig& config, const Me
         setup.method.grid = CodeGrid{c.bits};
         setup.method.quantize_embedding = true;
         setup.method.quantize_head = true;
+        setup.method.residual_bits = c.residual_bits;
     }
     setup.optim_state = c.state;
     setup.fused_update = c.fused;

@@ -379,7 +379,8 @@ TEST(Cli, BenchMemoryTabulatesEveryCase) {
                 "\"vocab_size\": 300}");
     const CommandResult result = run_dqt("bench memory --steps 1 --threads 1 --config " + (root / "tiny.json"));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    for (const char* row : {"| fp, fp32 AdamW |", "| bitnet, fp32 AdamW |", "| dqt ternary, 8-bit state, fused updates |"}) {
+    for (const char* row : {"| fp, fp32 AdamW |", "| bitnet, fp32 AdamW |", "| dqt ternary, 8-bit state, fused updates |",
+                            "| dqt ternary, 8-bit state, fused updates, 8-bit residual |"}) {
         EXPECT_NE(result.output.find(row), std::string::npos) << row << " missing from:\n" << result.output;
     }
     expect_one_line_error(run_dqt("bench memory --case nope --config " + (root / "tiny.json")),
