@@ -6,6 +6,8 @@ tuning-grid run and against the grid's best runs (docs/results.md, "Closing the 
     python3 scripts/gap_directions.py --arms residual8    some arms
     python3 scripts/gap_directions.py --budget full       at the full budget (2,450 steps)
     python3 scripts/gap_directions.py --report            the table of docs/results.md
+    python3 scripts/gap_directions.py --windows full      train loss by 250-step window, the arms of that
+                                                          budget beside the grid's best runs of each method
 
 Arms:
   residualB          ternary dqt with a B-bit sub-grid residual per weight (--dqt-residual-bits B):
@@ -148,6 +150,29 @@ def report(records, grid_records):
         print(f"| {r['arm']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
 
 
+def windows(records, grid_records, budget, width=250):
+    """Markdown: mean train loss (the records' curve, every 50 steps) over each `width`-step
+    window of the arms run at `budget`, beside each grid method's best run of that budget."""
+    stage = budget  # the grid's stage of the same budget has the same name
+    columns = []
+    for method in grid.METHODS:
+        rows = [g for g in grid_records.values() if g["stage"] == stage and g["method"] == method and
+                g["corpus"] == "sotu" and g["size"] == "base" and g["seed"] == grid.SEEDS[0] and g["val_loss"]]
+        if rows:
+            columns.append((f"{method} (grid best)", min(rows, key=lambda g: g["val_loss"])["train"]))
+    for r in sorted(records.values(), key=lambda r: r["arm"]):
+        if r["budget"] == budget and r["source"] is None:
+            columns.append((r["arm"], r["phases"][-1]["train"]))
+    print("| steps | " + " | ".join(name for name, _ in columns) + " |\n|---|" + "---|" * len(columns))
+    for first in range(1, BUDGETS[budget] + 1, width):
+        last = min(first + width - 1, BUDGETS[budget])
+        cells = []
+        for _, curve in columns:
+            losses = [loss for step, loss in curve if first <= step <= last]
+            cells.append(f"{sum(losses) / len(losses):.4f}" if losses else "")
+        print(f"| {first:,}-{last:,} | " + " | ".join(cells) + " |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
@@ -157,10 +182,14 @@ def main():
     parser.add_argument("--nice", type=int, default=0, help="niceness of the runs (0-19)")
     parser.add_argument("--dqt", default=str(grid.REPO / "build" / "dqt"))
     parser.add_argument("--report", action="store_true", help="print the table and stop")
+    parser.add_argument("--windows", choices=list(BUDGETS), help="print train loss by window at that budget, and stop")
     args = parser.parse_args()
     grid_records = grid.load_records()
     if args.report:
         report(load_records(), grid_records)
+        return
+    if args.windows:
+        windows(load_records(), grid_records, args.windows)
         return
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
