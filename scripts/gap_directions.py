@@ -18,6 +18,12 @@ Arms:
   warm8-fF           ternary dqt warm-started in 8 bits: dqt-8 for F of the budget, then ternary dqt
                      from it (dqt train --init-from: TWN) for the rest; codes and scales throughout
   bitnet-warmfp-fF   the same warm start given to the baseline: fp for F of the budget, then bitnet
+  recipe             `dqt train --method dqt` as a user runs it: the default recipe's residual, the
+                     grid point's lr, schedule and beta1 (which the recipe's equal)
+
+With --beside-bitnet, a one-run arm trains side by side with bitnet at bitnet's best prune point
+(one thread each, started together), and the record keeps both runs' losses and median step
+times from their own logs: the step-time comparison of the same machine, the same moment.
 
 A one-run arm trains at its method's best prune point (docs/tuning/runs.jsonl); a warm start
 trains its source at the source's best prune point (fp, which the grid does not tune, at
@@ -44,6 +50,7 @@ def arm_table():
     arms = {f"residual{b}": ("dqt-1.58", ["--dqt-residual-bits", str(b)], None, None) for b in (8, 4, 2)}
     for b, h in ((4, 3), (2, 3), (4, 1), (6, 1), (5, 2)):
         arms[f"residual{b}-h{h}"] = ("dqt-1.58", ["--dqt-residual-bits", str(b), "--dqt-overhang", str(h)], None, None)
+    arms["recipe"] = ("dqt-1.58", ["--method", "dqt", "--bits", "1.58"], None, None)
     for fraction in (0.8, 0.5):
         arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", [], "dqt-8", fraction)
         arms[f"bitnet-warmfp-f{fraction:g}"] = ("bitnet", [], "fp", fraction)
@@ -97,8 +104,32 @@ def run_phase(phase, dqt, nice):
     return grid.summarize(phase, out, time.time() - started, built_from="")
 
 
-def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records):
+def run_together(phases, dqt, nice):
+    """Trains phases at the same time; their records (None for a run that failed)."""
+    running = []
+    for phase in phases:
+        out = grid.RUN_ROOT / phase.name
+        command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(), "--out", str(out), "--overwrite"]
+        print(f"gap_directions: start {phase.name}", flush=True)
+        sink = open(grid.RUN_ROOT / f"{phase.name}.log", "w")
+        running.append((phase, out, sink, subprocess.Popen(command, cwd=grid.REPO, stdout=sink, stderr=sink)))
+    started = time.time()
+    records = []
+    for phase, out, sink, process in running:
+        process.wait()
+        sink.close()
+        records.append(grid.summarize(phase, out, time.time() - started, built_from=""))
+    return records
+
+
+def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records, beside_bitnet=False):
     target, extra, source, fraction = ARMS[arm]
+    if arm == "recipe":  # the recipe's own flags, not the grid method's
+        extra, method_flags = [], ARMS[arm][1]
+    else:
+        method_flags = grid.METHODS[target] + extra
+    if beside_bitnet and source:
+        sys.exit("gap_directions: --beside-bitnet times one-run arms; a warm start runs in two phases")
     total = BUDGETS[budget]
     name = f"direction-{corpus}-base-{arm}-{budget}-s{seed}"
     phases = []
@@ -112,9 +143,17 @@ def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records):
             return name, None
         init_from = grid.RUN_ROOT / first.name / "checkpoint.dqt"
         total -= first_steps
-    last = Phase(name + ("-target" if source else ""), target, grid.METHODS[target] + extra,
+    last = Phase(name + ("-target" if source else ""), target, method_flags,
                  best_prune_point(grid_records, target), total, corpus, "base", seed, init_from=init_from)
-    phases.append(run_phase(last, dqt, nice))
+    beside = None
+    if beside_bitnet:
+        bitnet = Phase(name + "-beside-bitnet", "bitnet", grid.METHODS["bitnet"], best_prune_point(grid_records, "bitnet"),
+                       total, corpus, "base", seed)
+        arm_record, beside = run_together([last, bitnet], dqt, nice)
+        phases.append(arm_record)
+        (grid.RUN_ROOT / bitnet.name / "checkpoint.dqt").unlink(missing_ok=True)
+    else:
+        phases.append(run_phase(last, dqt, nice))
     if init_from:
         init_from.unlink(missing_ok=True)
     (grid.RUN_ROOT / last.name / "checkpoint.dqt").unlink(missing_ok=True)
@@ -123,10 +162,14 @@ def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records):
     for record in phases:
         record["commit"] = built_from
     final = phases[-1]
-    return name, {"name": name, "arm": arm, "target": target, "source": source, "fraction": fraction,
-                  "budget": budget, "steps": BUDGETS[budget], "corpus": corpus, "size": "base", "seed": seed,
-                  "val_loss": final["val_loss"], "diverged_at": final["diverged_at"],
-                  "median_step_seconds": final["median_step_seconds"], "phases": phases, "commit": built_from}
+    record = {"name": name, "arm": arm, "target": target, "source": source, "fraction": fraction,
+              "budget": budget, "steps": BUDGETS[budget], "corpus": corpus, "size": "base", "seed": seed,
+              "val_loss": final["val_loss"], "diverged_at": final["diverged_at"],
+              "median_step_seconds": final["median_step_seconds"], "phases": phases, "commit": built_from}
+    if beside is not None:
+        beside["commit"] = built_from
+        record["beside"] = beside
+    return name, record
 
 
 def report(records, grid_records):
@@ -148,6 +191,18 @@ def report(records, grid_records):
             cells.append("none yet" if best is None or r["val_loss"] is None else
                          f"{best:.4f} ({100 * (r['val_loss'] / best - 1):+.1f}%)")
         print(f"| {r['arm']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
+    timed = [r for r in records.values() if r.get("beside")]
+    if timed:
+        print("\nSide by side with bitnet at its best point (one thread each, started together):\n")
+        print("| arm | budget | val loss | bitnet's val loss | gap | median s/step | bitnet's | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+    for r in timed:
+        b = r["beside"]
+        gap = (f"{100 * (r['val_loss'] / b['val_loss'] - 1):+.1f}%" if r["val_loss"] and b["val_loss"] else "")
+        ratio = (f"{r['median_step_seconds'] / b['median_step_seconds']:.3f}"
+                 if r["median_step_seconds"] and b["median_step_seconds"] else "")
+        print(f"| {r['arm']} | {r['budget']} | {grid.loss_text(r)} | {grid.loss_text(b)} | {gap} | "
+              f"{r['median_step_seconds']:.3f} | {b['median_step_seconds']:.3f} | {ratio} |")
 
 
 def windows(records, grid_records, budget, width=250):
@@ -181,6 +236,8 @@ def main():
     parser.add_argument("--seed", type=int, default=grid.SEEDS[0])
     parser.add_argument("--nice", type=int, default=0, help="niceness of the runs (0-19)")
     parser.add_argument("--dqt", default=str(grid.REPO / "build" / "dqt"))
+    parser.add_argument("--beside-bitnet", action="store_true",
+                        help="train each one-run arm side by side with bitnet at its best point (step-time comparison)")
     parser.add_argument("--report", action="store_true", help="print the table and stop")
     parser.add_argument("--windows", choices=list(BUDGETS), help="print train loss by window at that budget, and stop")
     args = parser.parse_args()
@@ -198,7 +255,8 @@ def main():
     for arm in args.arms:
         if f"direction-{args.corpus}-base-{arm}-{args.budget}-s{args.seed}" in load_records():
             continue
-        name, record = run_arm(arm, args.budget, args.corpus, args.seed, dqt, built_from, args.nice, grid_records)
+        name, record = run_arm(arm, args.budget, args.corpus, args.seed, dqt, built_from, args.nice, grid_records,
+                               args.beside_bitnet)
         if record is None:
             print(f"gap_directions: {name} failed: see {grid.RUN_ROOT}/{name}*.log", file=sys.stderr)
             continue
