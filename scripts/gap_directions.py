@@ -8,6 +8,7 @@ tuning-grid run and against the grid's best runs (docs/results.md, "Closing the 
     python3 scripts/gap_directions.py --report            the table of docs/results.md
     python3 scripts/gap_directions.py --windows full      train loss by 250-step window, the arms of that
                                                           budget beside the grid's best runs of each method
+    /usr/bin/python3 scripts/gap_directions.py --budget full --plot docs/img/gap_full.png   the same, drawn
 
 Arms:
   residualB          ternary dqt with a B-bit sub-grid residual per weight (--dqt-residual-bits B):
@@ -205,27 +206,61 @@ def report(records, grid_records):
               f"{r['median_step_seconds']:.3f} | {b['median_step_seconds']:.3f} | {ratio} |")
 
 
-def windows(records, grid_records, budget, width=250):
-    """Markdown: mean train loss (the records' curve, every 50 steps) over each `width`-step
-    window of the arms run at `budget`, beside each grid method's best run of that budget."""
+def curves(records, grid_records, budget):
+    """(name, final val loss, train curve [[step, loss], ...] every 50 steps) of each grid
+    method's best run at `budget` (SOTU, base, first seed) and of each one-run arm of it."""
     stage = budget  # the grid's stage of the same budget has the same name
-    columns = []
+    found = []
     for method in grid.METHODS:
         rows = [g for g in grid_records.values() if g["stage"] == stage and g["method"] == method and
                 g["corpus"] == "sotu" and g["size"] == "base" and g["seed"] == grid.SEEDS[0] and g["val_loss"]]
         if rows:
-            columns.append((f"{method} (grid best)", min(rows, key=lambda g: g["val_loss"])["train"]))
+            best = min(rows, key=lambda g: g["val_loss"])
+            found.append((f"{method} (grid best)", best["val_loss"], best["train"]))
     for r in sorted(records.values(), key=lambda r: r["arm"]):
-        if r["budget"] == budget and r["source"] is None:
-            columns.append((r["arm"], r["phases"][-1]["train"]))
-    print("| steps | " + " | ".join(name for name, _ in columns) + " |\n|---|" + "---|" * len(columns))
+        if r["budget"] == budget and r["source"] is None and r["corpus"] == "sotu":
+            found.append((r["arm"], r["val_loss"], r["phases"][-1]["train"]))
+    return found
+
+
+def window_means(curve, budget, width=250):
+    """[(first step, last step, mean train loss of the curve's points in between)]."""
+    means = []
     for first in range(1, BUDGETS[budget] + 1, width):
         last = min(first + width - 1, BUDGETS[budget])
-        cells = []
-        for _, curve in columns:
-            losses = [loss for step, loss in curve if first <= step <= last]
-            cells.append(f"{sum(losses) / len(losses):.4f}" if losses else "")
+        losses = [loss for step, loss in curve if first <= step <= last]
+        means.append((first, last, sum(losses) / len(losses) if losses else None))
+    return means
+
+
+def windows(records, grid_records, budget):
+    """Markdown: mean train loss over each 250-step window of curves()."""
+    columns = curves(records, grid_records, budget)
+    print("| steps | " + " | ".join(name for name, _, _ in columns) + " |\n|---|" + "---|" * len(columns))
+    table = [window_means(curve, budget) for _, _, curve in columns]
+    for row in range(len(table[0]) if table else 0):
+        first, last, _ = table[0][row]
+        cells = [f"{column[row][2]:.4f}" if column[row][2] is not None else "" for column in table]
         print(f"| {first:,}-{last:,} | " + " | ".join(cells) + " |")
+
+
+def plot(records, grid_records, budget, path):
+    """The curves of windows() against step, the final val loss in the legend (matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for name, val_loss, curve in curves(records, grid_records, budget):
+        means = [(0.5 * (first + last), mean) for first, last, mean in window_means(curve, budget) if mean]
+        axes.plot(*zip(*means), marker="o", markersize=3,
+                  label=f"{name}: val {val_loss:.4f}" if val_loss else name)
+    axes.set_xlabel("step")
+    axes.set_ylabel("train loss, mean over 250 steps (nats/byte)")
+    axes.set_title(f"closing the ternary gap at the {budget} budget ({BUDGETS[budget]} steps, SOTU)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
 
 
 def main():
@@ -240,6 +275,7 @@ def main():
                         help="train each one-run arm side by side with bitnet at its best point (step-time comparison)")
     parser.add_argument("--report", action="store_true", help="print the table and stop")
     parser.add_argument("--windows", choices=list(BUDGETS), help="print train loss by window at that budget, and stop")
+    parser.add_argument("--plot", metavar="PNG", help="draw the --windows curves of --budget (matplotlib), and stop")
     args = parser.parse_args()
     grid_records = grid.load_records()
     if args.report:
@@ -247,6 +283,9 @@ def main():
         return
     if args.windows:
         windows(load_records(), grid_records, args.windows)
+        return
+    if args.plot:
+        plot(load_records(), grid_records, args.budget, args.plot)
         return
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
