@@ -5,6 +5,9 @@ tuning-grid run and against the grid's best runs (docs/results.md, "Closing the 
     python3 scripts/gap_directions.py                     every arm, prune budget (612 steps)
     python3 scripts/gap_directions.py --arms residual8    some arms
     python3 scripts/gap_directions.py --budget full       at the full budget (2,450 steps)
+    python3 scripts/gap_directions.py --budget full --arms recipe --beside-bitnet --corpus brown --seed 4321
+                                                          the recipe and bitnet's best, side by side, carried
+                                                          unchanged to another corpus, seed or --size large
     python3 scripts/gap_directions.py --report            the table of docs/results.md
     python3 scripts/gap_directions.py --windows full      train loss by 250-step window, the arms of that
                                                           budget beside the grid's best runs of each method
@@ -123,7 +126,7 @@ def run_together(phases, dqt, nice):
     return records
 
 
-def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records, beside_bitnet=False):
+def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, grid_records, beside_bitnet=False):
     target, extra, source, fraction = ARMS[arm]
     if arm == "recipe":  # the recipe's own flags, not the grid method's
         extra, method_flags = [], ARMS[arm][1]
@@ -132,24 +135,24 @@ def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records, besi
     if beside_bitnet and source:
         sys.exit("gap_directions: --beside-bitnet times one-run arms; a warm start runs in two phases")
     total = BUDGETS[budget]
-    name = f"direction-{corpus}-base-{arm}-{budget}-s{seed}"
+    name = f"direction-{corpus}-{size}-{arm}-{budget}-s{seed}"
     phases = []
     init_from = None
     if source:
         first_steps = round(fraction * total)
         first = Phase(name + "-source", source, SOURCE_FLAGS[source], best_prune_point(grid_records, source),
-                      first_steps, corpus, "base", seed)
+                      first_steps, corpus, size, seed)
         phases.append(run_phase(first, dqt, nice))
         if phases[-1] is None or phases[-1]["val_loss"] is None:
             return name, None
         init_from = grid.RUN_ROOT / first.name / "checkpoint.dqt"
         total -= first_steps
     last = Phase(name + ("-target" if source else ""), target, method_flags,
-                 best_prune_point(grid_records, target), total, corpus, "base", seed, init_from=init_from)
+                 best_prune_point(grid_records, target), total, corpus, size, seed, init_from=init_from)
     beside = None
     if beside_bitnet:
         bitnet = Phase(name + "-beside-bitnet", "bitnet", grid.METHODS["bitnet"], best_prune_point(grid_records, "bitnet"),
-                       total, corpus, "base", seed)
+                       total, corpus, size, seed)
         arm_record, beside = run_together([last, bitnet], dqt, nice)
         phases.append(arm_record)
         (grid.RUN_ROOT / bitnet.name / "checkpoint.dqt").unlink(missing_ok=True)
@@ -164,7 +167,7 @@ def run_arm(arm, budget, corpus, seed, dqt, built_from, nice, grid_records, besi
         record["commit"] = built_from
     final = phases[-1]
     record = {"name": name, "arm": arm, "target": target, "source": source, "fraction": fraction,
-              "budget": budget, "steps": BUDGETS[budget], "corpus": corpus, "size": "base", "seed": seed,
+              "budget": budget, "steps": BUDGETS[budget], "corpus": corpus, "size": size, "seed": seed,
               "val_loss": final["val_loss"], "diverged_at": final["diverged_at"],
               "median_step_seconds": final["median_step_seconds"], "phases": phases, "commit": built_from}
     if beside is not None:
@@ -178,9 +181,10 @@ def report(records, grid_records):
           "against bitnet's best grid run |")
     print("|---|---|---|---|---|---|")
 
-    def best_of(method, stage, corpus, seed):
-        rows = [g for g in grid_records.values() if g["stage"] == stage and g["method"] == method
-                and g["corpus"] == corpus and g["size"] == "base" and g["seed"] == seed and g["val_loss"] is not None]
+    def best_of(method, budget, corpus, size, seed):
+        # Full-budget grid runs are the full, transfer and large stages; the prune stage is its own.
+        rows = [g for g in grid_records.values() if (g["stage"] == "prune") == (budget == "prune") and g["method"] == method
+                and g["corpus"] == corpus and g["size"] == size and g["seed"] == seed and g["val_loss"] is not None]
         return min((g["val_loss"] for g in rows), default=None)
 
     for r in sorted(records.values(), key=lambda r: (r["budget"], r["arm"])):
@@ -188,7 +192,7 @@ def report(records, grid_records):
         final = "diverged" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         cells = []
         for method in (r["target"], "bitnet"):
-            best = best_of(method, r["budget"], r["corpus"], r["seed"])
+            best = best_of(method, r["budget"], r["corpus"], r["size"], r["seed"])
             cells.append("none yet" if best is None or r["val_loss"] is None else
                          f"{best:.4f} ({100 * (r['val_loss'] / best - 1):+.1f}%)")
         print(f"| {r['arm']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
@@ -268,6 +272,7 @@ def main():
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     parser.add_argument("--budget", choices=list(BUDGETS), default="prune")
     parser.add_argument("--corpus", choices=list(grid.CORPORA), default="sotu")
+    parser.add_argument("--size", choices=list(grid.SIZES), default="base")
     parser.add_argument("--seed", type=int, default=grid.SEEDS[0])
     parser.add_argument("--nice", type=int, default=0, help="niceness of the runs (0-19)")
     parser.add_argument("--dqt", default=str(grid.REPO / "build" / "dqt"))
@@ -292,10 +297,10 @@ def main():
     dqt, built_from = grid.frozen_binary(args.dqt)
     grid.keep_untied_head(dqt)
     for arm in args.arms:
-        if f"direction-{args.corpus}-base-{arm}-{args.budget}-s{args.seed}" in load_records():
+        if f"direction-{args.corpus}-{args.size}-{arm}-{args.budget}-s{args.seed}" in load_records():
             continue
-        name, record = run_arm(arm, args.budget, args.corpus, args.seed, dqt, built_from, args.nice, grid_records,
-                               args.beside_bitnet)
+        name, record = run_arm(arm, args.budget, args.corpus, args.size, args.seed, dqt, built_from, args.nice,
+                               grid_records, args.beside_bitnet)
         if record is None:
             print(f"gap_directions: {name} failed: see {grid.RUN_ROOT}/{name}*.log", file=sys.stderr)
             continue
