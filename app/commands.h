@@ -51,7 +51,7 @@ struct MethodFlags {
 };
 void add_method_flags(CLI::App& command, MethodFlags& flags);
 // Parses and validates the flags; --bits and --rounding given without --method dqt are errors.
-// A dqt scale rule not given is the --dqt-recipe's.
+// A dqt scale rule, residual and overhang not given are the --dqt-recipe's.
 MethodConfig resolve_method_config(const CLI::App& command, const MethodFlags& flags);
 // Which settings of the dqt recipe (train/dqt_recipe.h) the command line gave explicitly.
 ExplicitSettings explicit_settings(const CLI::App& command);

@@ -67,7 +67,7 @@ DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float
     x = x < lowest ? lowest : x;  // clip to [qn - H, qp + H]; NaN stays NaN on both sides
     x = highest < x ? highest : x;
     if (k.residual_steps == 0.0f) return k.stochastic ? stochastic_round(x, u) : nearest_round(x);
-    const float fine = x * k.residual_steps;  // in [qn R, qp R]
+    const float fine = x * k.residual_steps;  // in [(qn - H) R, (qp + H) R]
     const float rounded = k.stochastic ? stochastic_round(fine, u) : nearest_round(fine);
     float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
     q = q < qn ? qn : q;  // only with an overhang can the nearest lie past the outer codes
