@@ -77,7 +77,7 @@ void run(CLI::App& command, TrainArgs& args) {
             const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
                                  name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
                                  name == "--code-stats-every" || name == "--on-nonfinite" ||
-                                 name == "--async-checkpoint" ||
+                                 name == "--async-checkpoint" || name == "--device" ||
                                  name == "--prompt" || name == "--help";
             require(allowed || option->count() == 0,
                     name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
@@ -150,6 +150,12 @@ void add_train_command(CLI::App& app) {
     command->add_option("--adam-eps", o.adam.eps, "Adam epsilon")->capture_default_str();
     command->add_option("--weight-decay", o.adam.weight_decay, "decoupled weight decay")->capture_default_str();
     command->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str();
+    command
+        ->add_option_function<std::string>(
+            "--device", [&o](const std::string& name) { o.device = parse_train_device(name); },
+            "where the training step runs: cpu, or cuda (a GPU, in a build with cmake -DDQT_CUDA=ON; evaluation and "
+            "checkpoints stay on the CPU, and a run resumes on either device)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     command->add_flag("--fused-update", o.fused_update,
                       "update each weight as soon as its gradient is ready: no whole-model gradient buffer "
                       "(clips with the previous step's norm; needs --grad-accum 1)");

@@ -8,6 +8,9 @@
 #include "commands.h"
 #include "core/error.h"
 #include "data_parallel/comm.h"
+#ifdef DQT_WITH_CUDA
+#include "cuda/training_device.h"
+#endif
 
 namespace {
 
@@ -27,6 +30,9 @@ int fail(const char* message, int exit_code) {
 
 int main(int argc, char** argv) {
     dqt::Communicator::init_from_environment(&argc, &argv);
+#ifdef DQT_WITH_CUDA
+    dqt::cuda::register_training_device();  // `dqt train --device cuda`
+#endif
     CLI::App app{"dqt: train, evaluate and run low-bit LLaMA-style language models"};
     app.require_subcommand(1);
     // A flag given twice takes its last value, as in most Unix tools (scripts append overrides).

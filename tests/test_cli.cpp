@@ -97,6 +97,18 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --dim 4294967360"), "--dim");
 }
 
+// The CPU build (CI's, and the README's) knows no GPU: --device cuda says how to get one, before
+// anything is written. Bad device names and combinations are refused like other flags.
+TEST(Cli, DeviceCudaWithoutACudaBuildIsOneLine) {
+    TempDir root("cli-device");
+    const std::string out = root / "run";
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --device cuda"), "built without CUDA");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --device tpu"), "--device");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --device cuda --fused-update"), "drop --fused-update");
+    EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/config.json"));
+}
+
 TEST(Cli, MissingInputsNameThePath) {
     TempDir root("cli-missing");
     expect_one_line_error(run_dqt("eval " + (root / "nope.dqt")), "nope.dqt");

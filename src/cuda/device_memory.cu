@@ -102,8 +102,10 @@ DriverMemory driver_memory() {
     return {total - free, total};
 }
 
+size_t device_block_bytes(size_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
+
 DeviceBuffer::DeviceBuffer(MemCategory category, size_t bytes)
-    : bytes_(bytes), block_bytes_((bytes + kGranule - 1) / kGranule * kGranule), category_(category) {
+    : bytes_(bytes), block_bytes_(device_block_bytes(bytes)), category_(category) {
     if (bytes == 0) return;
     data_ = block_cache().take(block_bytes_);
     if (data_) {

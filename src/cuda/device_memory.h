@@ -25,6 +25,9 @@ struct DriverMemory {
 };
 DriverMemory driver_memory();
 
+// The block an allocation of `bytes` is held in (rounded up to 512 bytes): what the ledger counts.
+size_t device_block_bytes(size_t bytes);
+
 // One accounted device allocation (not zeroed; zero() does), held in a block rounded up to 512
 // bytes, which the ledger counts. Movable, not copyable. An allocation the device cannot hold is a dqt::Error naming the category, the
 // size and what is free.

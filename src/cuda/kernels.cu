@@ -1,6 +1,8 @@
 #include "cuda/kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,29 @@ __global__ void rope_kernel(float* x, size_t pairs, int seq, int heads, int half
     x[2 * p + 1] = x0 * s + x1 * c;
 }
 
+constexpr unsigned kSquareBlocks = 1024;  // partial sums, added on the host in block order
+
+__global__ void sum_of_squares_kernel(double* partial, const float* x, size_t count) {
+    __shared__ double shared[kThreads];
+    double sum = 0.0;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        sum += static_cast<double>(x[i]) * x[i];
+    }
+    shared[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+}
+
+__global__ void scale_in_place_kernel(float* x, float factor, size_t count) {
+    const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+    if (i < count) x[i] *= factor;
+}
+
 __global__ void add_in_place_kernel(float* out, const float* in, size_t count) {
     const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
     if (i < count) out[i] += in[i];
@@ -121,11 +146,16 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
     out[i] = table[static_cast<size_t>(tokens[i / dim]) * dim + i % dim];
 }
 
-// Repeated tokens add into the same row: atomics (the order of the additions varies by run).
-__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* tokens, int count, int dim) {
-    const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-    if (i >= static_cast<size_t>(count) * dim) return;
-    atomicAdd(&dtable[static_cast<size_t>(tokens[i / dim]) * dim + i % dim], dout[i]);
+// A block row per distinct token, a thread per column: the token's rows summed in position order.
+__global__ void embedding_backward_kernel(float* dtable, const float* dout, DeviceTokenGroups groups, int dim) {
+    const int column = blockIdx.y * blockDim.x + threadIdx.x;
+    if (column >= dim) return;
+    const int group = blockIdx.x;
+    float* row = dtable + static_cast<size_t>(groups.tokens[group]) * dim + column;
+    float sum = *row;
+    for (int p = groups.starts[group]; p < groups.starts[group + 1]; ++p)
+        sum += dout[static_cast<size_t>(groups.positions[p]) * dim + column];
+    *row = sum;
 }
 
 // ---- Cross-entropy: a block per row ----------------------------------------------------------
@@ -459,6 +489,23 @@ void rope_backward(float* dx, int batch, int seq, int heads, int head_dim, const
     check_launch("rope_kernel");
 }
 
+size_t sum_of_squares_scratch_doubles(size_t) { return kSquareBlocks; }
+
+double sum_of_squares(const float* x, size_t count, double* scratch) {
+    sum_of_squares_kernel<<<kSquareBlocks, kThreads>>>(scratch, x, count);
+    check_launch("sum_of_squares_kernel");
+    std::vector<double> partial(kSquareBlocks);
+    copy_to_host(partial.data(), scratch, partial.size() * sizeof(double));
+    double total = 0.0;
+    for (double value : partial) total += value;
+    return total;
+}
+
+void scale_in_place(float* x, float factor, size_t count) {
+    scale_in_place_kernel<<<blocks_for(count, kThreads), kThreads>>>(x, factor, count);
+    check_launch("scale_in_place_kernel");
+}
+
 void add_in_place(float* out, const float* in, size_t count) {
     add_in_place_kernel<<<blocks_for(count, kThreads), kThreads>>>(out, in, count);
     check_launch("add_in_place_kernel");
@@ -491,9 +538,27 @@ void embedding_forward(float* out, const int32_t* tokens, const float* table, in
     check_launch("embedding_forward_kernel");
 }
 
-void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int count, int dim) {
-    const size_t n = static_cast<size_t>(count) * dim;
-    embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads>>>(dtable, dout, tokens, count, dim);
+TokenGroups group_by_token(const int32_t* tokens, int count) {
+    TokenGroups groups;
+    groups.positions.resize(static_cast<size_t>(count));
+    std::iota(groups.positions.begin(), groups.positions.end(), 0);
+    std::stable_sort(groups.positions.begin(), groups.positions.end(),
+                     [tokens](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+    for (int i = 0; i < count; ++i) {
+        const int32_t token = tokens[groups.positions[static_cast<size_t>(i)]];
+        if (groups.tokens.empty() || groups.tokens.back() != token) {
+            groups.tokens.push_back(token);
+            groups.starts.push_back(i);
+        }
+    }
+    groups.starts.push_back(count);
+    return groups;
+}
+
+void embedding_backward(float* dtable, const float* dout, const DeviceTokenGroups& groups, int dim) {
+    if (groups.distinct == 0) return;
+    const dim3 grid(static_cast<unsigned>(groups.distinct), (static_cast<unsigned>(dim) + kThreads - 1) / kThreads);
+    embedding_backward_kernel<<<grid, kThreads>>>(dtable, dout, groups, dim);
     check_launch("embedding_backward_kernel");
 }
 

@@ -81,6 +81,9 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     row_loss = device_array<float>(scratch, N);
     tokens = device_array<int32_t>(act, N);
     targets = device_array<int32_t>(act, N);
+    group_tokens = device_array<int32_t>(act, N);
+    group_starts = device_array<int32_t>(act, N + 1);
+    group_positions = device_array<int32_t>(act, N);
     d_residual = device_array<float>(scratch, N * C);
     d_c = device_array<float>(scratch, N * C);
     d_c2 = device_array<float>(scratch, N * C);
@@ -95,6 +98,18 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     const RopeTable table(seq, c.head_dim(), 0, c.rope_theta);
     rope_cos = to_device(scratch, table.cos.data(), table.cos.size());
     rope_sin = to_device(scratch, table.sin.data(), table.sin.size());
+}
+
+size_t DeviceActivations::planned_bytes(const ModelConfig& c, int batch, int seq) {
+    const size_t N = static_cast<size_t>(batch) * seq;
+    const size_t C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), H = c.n_heads;
+    auto floats = [](size_t count) { return device_block_bytes(count * sizeof(float)); };
+    // input, ln1, q, att, mid, ln2 (N x C); k, v (N x KV); gate, up, h (N x F); two rstd (N); lse
+    size_t layer = 6 * floats(N * C) + 2 * floats(N * KV) + 3 * floats(N * F) + 2 * floats(N) + floats(N * H);
+    if (c.subln) layer += floats(N * C) + floats(N * F) + 2 * floats(N);  // att_sub, h_sub and their rstd
+    // final_input, lnf, lnf_rstd, logits; tokens, targets and their groups (int32)
+    auto ints = [](size_t count) { return device_block_bytes(count * sizeof(int32_t)); };
+    return c.n_layers * layer + 2 * floats(N * C) + floats(N) + floats(N * V) + 4 * ints(N) + ints(N + 1);
 }
 
 // What LinearInput (model/weight_access.h) prepares: for a quantized weight the int8 rows a and
@@ -197,6 +212,11 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
     const ModelTensors& w = model.tensors;
     copy_to_device(acts.tokens.data(), tokens, static_cast<size_t>(N) * sizeof(int32_t));
     copy_to_device(acts.targets.data(), targets, static_cast<size_t>(N) * sizeof(int32_t));
+    const TokenGroups groups = group_by_token(tokens, N);
+    acts.distinct_tokens = static_cast<int>(groups.tokens.size());
+    copy_to_device(acts.group_tokens.data(), groups.tokens.data(), groups.tokens.size() * sizeof(int32_t));
+    copy_to_device(acts.group_starts.data(), groups.starts.data(), groups.starts.size() * sizeof(int32_t));
+    copy_to_device(acts.group_positions.data(), groups.positions.data(), groups.positions.size() * sizeof(int32_t));
 
     float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
     embedding_forward(residual, acts.tokens.data(), model_.value(*w.token_embd), N, C);
@@ -311,7 +331,9 @@ void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gr
         linear_backward(*p.wv, d_ln1, acts.d_v.data(), a.ln1.data(), N, gradients);
         norm_backward(*p.attn_norm, acts.d_residual.data(), d_ln1, a.input.data(), a.ln1_rstd.data());
     }
-    embedding_backward(gradients + w.token_embd->flat_offset, acts.d_residual.data(), acts.tokens.data(), N, C);
+    const DeviceTokenGroups groups{acts.group_tokens.data(), acts.group_starts.data(), acts.group_positions.data(),
+                                   acts.distinct_tokens};
+    embedding_backward(gradients + w.token_embd->flat_offset, acts.d_residual.data(), groups, C);
 }
 
 DeviceOptimizer::DeviceOptimizer(const OptimizerState& host, const ParamLayout& layout) {

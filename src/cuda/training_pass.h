@@ -54,10 +54,17 @@ struct DeviceActivations {
     std::vector<DeviceLayerActivations> layers;
     DeviceArray<float> final_input, lnf, lnf_rstd, logits, row_loss;
     DeviceArray<int32_t> tokens, targets;
+    // The micro-batch's positions grouped by token (cuda/kernels.h's TokenGroups, capacity N each)
+    // for the embedding backward; distinct_tokens groups are in use.
+    DeviceArray<int32_t> group_tokens, group_starts, group_positions;
+    int distinct_tokens = 0;
     DeviceArray<float> d_residual, d_c, d_c2, d_q, d_k, d_v, d_f, d_gate, d_up, delta, norm_scratch;
     DeviceArray<float> rope_cos, rope_sin;  // (seq, head_dim / 2), kernels/rope.h's table
 
     DeviceActivations(const ModelConfig& config, int batch, int seq);
+    // The bytes of the activations category the constructor allocates (the ledger's blocks): the
+    // memory plan checks them against the device's free memory before anything is allocated.
+    static size_t planned_bytes(const ModelConfig& config, int batch, int seq);
 };
 
 class TrainingPass {

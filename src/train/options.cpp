@@ -9,6 +9,14 @@
 
 namespace dqt {
 
+TrainDevice parse_train_device(const std::string& name) {
+    if (name == "cpu") return TrainDevice::cpu;
+    if (name == "cuda") return TrainDevice::cuda;
+    throw Error("unknown device " + quote_untrusted(name, 20) + ": use cpu or cuda");
+}
+
+const char* train_device_name(TrainDevice device) { return device == TrainDevice::cuda ? "cuda" : "cpu"; }
+
 void TrainOptions::validate() const {
     model.validate();
     method.validate();
@@ -31,6 +39,8 @@ void TrainOptions::validate() const {
             "--weight-decay must be a finite number >= 0");
     require(std::isfinite(grad_clip) && grad_clip >= 0,
             "--grad-clip must be a finite number >= 0 (0 disables clipping)");
+    require(device == TrainDevice::cpu || !fused_update,
+            "--device cuda runs unfused updates (the GPU's fused update is not built yet): drop --fused-update");
     require(!fused_update || grad_accum == 1,
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
@@ -69,6 +79,7 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"weight_decay", o.adam.weight_decay},
                        {"grad_clip", o.grad_clip},
                        {"fused_update", o.fused_update},
+                       {"device", train_device_name(o.device)},
                        {"compress_gradients_bits", o.compression.gradient_bits},
                        {"compress_weights_bits", o.compression.weight_bits},
                        {"eval_every", o.eval_every},
@@ -100,6 +111,7 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         o.grad_clip = j.at("grad_clip").get<float>();
         // Absent from checkpoints written before the option existed: those trained unfused.
         o.fused_update = j.value("fused_update", false);
+        o.device = parse_train_device(j.value("device", std::string("cpu")));  // absent: runs before the GPU path
         // Absent from checkpoints written before compressed transfers existed: fp32.
         o.compression.gradient_bits = j.value("compress_gradients_bits", 0);
         o.compression.weight_bits = j.value("compress_weights_bits", 0);

@@ -15,6 +15,12 @@
 
 namespace dqt {
 
+// Where the training step runs: the CPU, or a CUDA GPU (a build with cmake -DDQT_CUDA=ON;
+// docs/cuda.md). Evaluation and checkpoints run on the CPU either way.
+enum class TrainDevice { cpu, cuda };
+TrainDevice parse_train_device(const std::string& name);  // "cpu" or "cuda"
+const char* train_device_name(TrainDevice device);
+
 struct TrainOptions {
     std::string data_dir = "data/sotu-byte";  // prepared by `dqt data`
     std::string out_dir = "runs/default";     // checkpoint.dqt, metrics.jsonl, config.json
@@ -30,6 +36,7 @@ struct TrainOptions {
     StateDtype optim_state = StateDtype::fp32;  // Adam moments in fp32, bf16 or block-wise 8-bit
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
     bool fused_update = false;  // update each weight in the backward pass, no whole-model gradient
+    TrainDevice device = TrainDevice::cpu;
     CommCompression compression;  // of data-parallel transfers (mpirun); off by default
     int eval_every = 100;     // steps; 0 = only at the end
     int64_t eval_tokens = 131072;

@@ -23,6 +23,7 @@
 #include "optim/schedule.h"
 #include "train/memory_report.h"
 #include "train/code_dynamics.h"
+#include "train/device_step.h"
 #include "train/memory_estimate.h"
 #include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
@@ -88,6 +89,7 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
         checkpoint = read_checkpoint_run(checkpoint_path);
         settled = checkpoint->options;
         settled.out_dir = requested.out_dir;
+        settled.device = requested.device;  // where this process runs: a run resumes on either device
     }
     RunSetup run{settled, open_dataset(settled.data_dir), std::move(checkpoint)};
     TrainOptions& options = run.options;
@@ -181,6 +183,13 @@ public:
             init = {};
             memory_reset_peaks();
         }
+        if (options_.device == TrainDevice::cuda) {  // before anything is written: no GPU is one line
+            require(ranks_ == 1, "--device cuda trains in one process: start it without mpirun");
+            require(control.code_stats_every == 0,
+                    "--code-stats-every reads the weights between steps: not with --device cuda yet");
+            device_ = make_cuda_step(state_.model, state_.optimizer, options_);
+            device_->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
+        }
         if (!control.resume && writer_)
             write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
         if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, state_.position.step);
@@ -193,7 +202,8 @@ public:
 
     TrainReport train() {
         announce();
-        Activations acts(options_.model, options_.batch, options_.model.seq_len);
+        std::optional<Activations> acts;  // on the host only when the step runs there
+        if (!device_) acts.emplace(options_.model, options_.batch, options_.model.seq_len);
         InterruptGuard interrupt_guard;
         TrainReport report;
         const int start_step = state_.position.step;
@@ -277,16 +287,23 @@ private:
 
     // Step `step` + 1: sample, forward, backward, update. A non-finite loss or gradient norm
     // that is not skipped ends the run before anything is saved.
-    StepOutcome run_step(Activations& acts, int step) {
+    StepOutcome run_step(std::optional<Activations>& acts, int step) {
         const auto step_start = Clock::now();
         const int B = options_.batch, T = options_.model.seq_len;
         StepOutcome outcome;
         outcome.lr = schedule_.at(step);
         const float grad_scale = 1.0f / static_cast<float>(options_.tokens_per_step());
-        outcome.result = state_.step->run(acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
+        auto sample = [&](int micro, int32_t* tokens, int32_t* targets) {
             sample_sequences(data_.train, options_.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(micro) * B,
-                             B, T, acts.tokens.data(), acts.targets.data());
-        });
+                             B, T, tokens, targets);
+        };
+        if (device_) {
+            outcome.result = device_->run(grad_scale, outcome.lr, step + 1, sample);
+        } else {
+            outcome.result = state_.step->run(*acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
+                sample(micro, acts->tokens.data(), acts->targets.data());
+            });
+        }
         outcome.loss = outcome.result.loss_sum / static_cast<double>(options_.tokens_per_step());
         outcome.seconds = seconds_since(step_start);
         const TrainingStep::Result& result = outcome.result;
@@ -343,7 +360,14 @@ private:
         }
     }
 
+    // With the step on a device, the host's model and optimizer state are brought up to date
+    // before anything reads them (evaluation, checkpoints).
+    void pull_from_device() {
+        if (device_) device_->copy_to_host(state_.model, state_.optimizer);
+    }
+
     EvalResult evaluate(int step) {
+        pull_from_device();
         // Built anew from the current weights; fp32 tensors are read in place, not copied.
         const InferenceModel inference(state_.model, WeightSource::borrow);
         const EvalResult result = evaluate_across_ranks(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
@@ -362,6 +386,7 @@ private:
     // copy of the state that a background thread then writes (metrics.jsonl: "checkpoint").
     void save(int step) {
         const auto start = Clock::now();
+        pull_from_device();
         state_.save(step);
         if (metrics_) {
             metrics_->append({{"type", "checkpoint"},
@@ -385,10 +410,12 @@ private:
         memory["fused_update"] = options_.fused_update;
         memory["threads"] = num_threads();  // per rank; tokens/s depends on it, the losses do not
         memory["ranks"] = ranks_;
+        if (device_) memory["device"] = device_->memory_json();
         if (metrics_) metrics_->append(memory);
         if (out_) {
             progress_.finish();
             std::fprintf(out_, "%s", memory_report_text(parameters).c_str());
+            if (device_) std::fprintf(out_, "%s", device_memory_text(device_->memory_json()).c_str());
             std::fprintf(out_, "checkpoint: %s\n", checkpoint_path_.c_str());
         }
     }
@@ -404,6 +431,7 @@ private:
     const LrSchedule schedule_;
     std::optional<MetricsLog> metrics_;
     std::optional<CodeDynamics> code_dynamics_;
+    std::unique_ptr<DeviceStep> device_;  // --device cuda: the step runs there
     FILE* out_;  // progress output; null when quiet or not rank 0
     ProgressDisplay progress_;
 };
