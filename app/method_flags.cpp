@@ -11,7 +11,8 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
     command.add_option("--rounding", f.rounding, "dqt update rounding: stochastic, or nearest (ablation)")
         ->capture_default_str();
     command.add_option("--dqt-recipe", f.recipe,
-                       "dqt defaults: tuned (learned grid step, --beta1 0.98, --lr 3e-3, --min-lr-ratio 0) or "
+                       "dqt defaults: tuned (learned grid step, --lr 3e-3, --min-lr-ratio 0, and for ternary codes "
+                       "--dqt-residual-bits 8) or "
                        "reference (the paper's max-rule scale and the common defaults); flags given win")
         ->capture_default_str();
     command.add_option("--dqt-scale", f.scale_rule,
