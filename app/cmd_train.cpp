@@ -88,7 +88,8 @@ void run(CLI::App& command, TrainArgs& args) {
         args.options.model = resolve_model_config(command, args.model_flags, args.config_path, defaults);
         if (!args.options.init_from.empty()) init = load_initial_model(command, args);
         args.options.method = resolve_method_config(command, args.method_flags);
-        apply_dqt_recipe(parse_dqt_recipe(args.method_flags.recipe), explicit_settings(command), args.options);
+        apply_dqt_recipe_optimizer(parse_dqt_recipe(args.method_flags.recipe), explicit_settings(command),
+                                   args.options);
         args.options.optim_state = resolve_optim_state(args.method_flags);
         require(args.code_stats_every == 0 || args.options.method.kind != Method::fp,
                 "--code-stats-every measures quantized weights, and an fp model has none (use --method bitnet or dqt)");

@@ -28,8 +28,12 @@ void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, MethodCon
 }
 
 void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options) {
-    if (options.method.kind != Method::dqt) return;
     apply_dqt_recipe(recipe, given, options.method);
+    apply_dqt_recipe_optimizer(recipe, given, options);
+}
+
+void apply_dqt_recipe_optimizer(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options) {
+    if (options.method.kind != Method::dqt) return;
     const DqtRecipeSettings settings = dqt_recipe_settings(recipe);
     if (!given.beta1) options.adam.beta1 = settings.beta1;
     if (!given.lr) options.lr = settings.lr;

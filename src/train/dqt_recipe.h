@@ -50,5 +50,8 @@ struct ExplicitSettings {
 void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, MethodConfig& method);
 // The same, and the optimizer's settings of the recipe, to a run's options.
 void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options);
+// The optimizer's settings alone (beta1, learning rate, schedule end): for options whose method
+// already went through the recipe (app/'s resolve_method_config).
+void apply_dqt_recipe_optimizer(DqtRecipe recipe, const ExplicitSettings& given, TrainOptions& options);
 
 }  // namespace dqt
