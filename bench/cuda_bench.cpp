@@ -1,10 +1,14 @@
 // The CUDA backend's kernels against the GPU's own limits, measured in this process: the fused
 // DQT update (bytes it must move over the device-to-device copy bandwidth), bf16 and fp32
-// GEMMs at the 130M model's shapes (over the bf16 dense rate), the attention kernels, and whole
+// GEMMs at the 130M model's shapes (over the bf16 dense rate), both attention paths, and whole
 // training steps of the 130M model (forward, backward, optimizer) per method and compute dtype.
 // Prints one JSON line per figure. Needs a GPU.
 //
 //     build-cuda/bench_cuda [tokens=16384] [train]
+//     build-cuda/bench_cuda 16384 train dqt-1.58 bf16 [STEPS=4]   one method's training steps only;
+//         the timed steps sit between cudaProfilerStart and Stop, for a kernel profile of them:
+//         ncu --profile-from-start off --metrics gpu__time_duration.sum --csv build-cuda/bench_cuda ...
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/attention_tc.h"
 #include "cuda/device.h"
 #include "cuda/optimizer_update.h"
 #include "cuda/gemm.h"
@@ -58,7 +63,8 @@ DeviceArray<float> random_device(size_t count, std::mt19937_64& rng, float sprea
 
 // Steps of the paper's 130M model (dim 768, 12 layers, 12 heads, FFN 2048, vocab 32000, seq
 // 1024), `tokens` a step: tokens/s over 4 steps after 2 warm-ups, and the device's peak by category.
-void train_steps(int tokens) {
+// only_method, only_compute: one configuration ("" for all); timed_steps after two warm-up steps.
+void train_steps(int tokens, const std::string& only_method, const std::string& only_compute, int timed_steps) {
     ModelConfig config;
     config.dim = 768;
     config.n_layers = 12;
@@ -77,8 +83,12 @@ void train_steps(int tokens) {
     }
     for (const char* label : {"fp", "bitnet", "dqt-1.58", "dqt-8"}) {
         for (ComputeDtype compute : {ComputeDtype::bf16, ComputeDtype::fp32}) {
-            MethodConfig method;
             const std::string name = label;
+            if ((!only_method.empty() && name != only_method) ||
+                (!only_compute.empty() && only_compute != compute_dtype_name(compute))) {
+                continue;
+            }
+            MethodConfig method;
             if (name == "bitnet") method.kind = Method::bitnet;
             if (name.rfind("dqt", 0) == 0) {
                 method.kind = Method::dqt;
@@ -105,13 +115,15 @@ void train_steps(int tokens) {
             step(1);
             step(2);
             synchronize("warm-up steps");
+            cudaProfilerStart();
             const auto start = std::chrono::steady_clock::now();
-            for (int t = 3; t < 7; ++t) step(t);
+            for (int t = 3; t < 3 + timed_steps; ++t) step(t);
             synchronize("timed steps");
+            cudaProfilerStop();
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::printf("{\"figure\": \"train_step\", \"method\": \"%s\", \"compute\": \"%s\", \"state\": \"%s\", "
                         "\"tokens\": %d, \"tokens_per_s\": %.0f, \"loss\": %.4f, \"peak_mib\": %.0f",
-                        label, compute_dtype_name(compute), state_dtype_bits(state), N, 4.0 * N / seconds, loss,
+                        label, compute_dtype_name(compute), state_dtype_bits(state), N, timed_steps * static_cast<double>(N) / seconds, loss,
                         (device_peak_total_bytes() - before) / 1048576.0);
             for (int c = 0; c < kMemCategoryCount; ++c) {
                 std::printf(", \"%s_mib\": %.0f", mem_category_name(static_cast<MemCategory>(c)),
@@ -200,7 +212,8 @@ void bench_gemms(int tokens, std::mt19937_64& rng) {
     }
 }
 
-// Attention of one layer: B * T = tokens, T = 1024, 12 heads of 64.
+// Attention of one layer: B * T = tokens, T = 1024, 12 heads of 64; the fp32 kernels (fp32
+// compute) and the tensor-core path (bf16 compute).
 void bench_attention(int tokens, std::mt19937_64& rng) {
     const int T = 1024, B = tokens / T, H = 12, D = 64;
     const size_t n = static_cast<size_t>(B) * T * H * D;
@@ -208,15 +221,30 @@ void bench_attention(int tokens, std::mt19937_64& rng) {
     DeviceArray<float> out(MemCategory::scratch, n), dout = random_device(n, rng, 1.0f), dq(MemCategory::scratch, n),
         dk(MemCategory::scratch, n), dv(MemCategory::scratch, n), lse(MemCategory::scratch, static_cast<size_t>(B) * H * T),
         delta(MemCategory::scratch, static_cast<size_t>(B) * H * T);
-    const double forward_ms = median_ms([&] { attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D); });
-    const double backward_ms = median_ms([&] {
-        attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
-                           v.data(), B, T, H, H, D, delta.data());
-    });
+    const Gemm gemm;
     const double causal_flops = 2.0 * B * H * static_cast<double>(T) * T * D;  // QK^T and PV, half of the T x T
-    std::printf("{\"figure\": \"attention\", \"batch\": %d, \"seq\": %d, \"heads\": %d, \"head_dim\": %d, "
-                "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"forward_tflops\": %.1f}\n",
-                B, T, H, D, forward_ms, backward_ms, causal_flops / forward_ms / 1e9);
+    for (const bool tensor_cores : {false, true}) {
+        const double forward_ms = median_ms([&] {
+            if (tensor_cores) {
+                attention_tc_forward(gemm, out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D);
+            } else {
+                attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D);
+            }
+        });
+        const double backward_ms = median_ms([&] {
+            if (tensor_cores) {
+                attention_tc_backward(gemm, dq.data(), dk.data(), dv.data(), dout.data(), lse.data(), q.data(), k.data(),
+                                      v.data(), B, T, H, H, D);
+            } else {
+                attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                   k.data(), v.data(), B, T, H, H, D, delta.data());
+            }
+        });
+        std::printf("{\"figure\": \"attention\", \"path\": \"%s\", \"batch\": %d, \"seq\": %d, \"heads\": %d, "
+                    "\"head_dim\": %d, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"forward_tflops\": %.1f}\n",
+                    tensor_cores ? "tensor cores, bf16" : "fp32 kernels", B, T, H, D, forward_ms, backward_ms,
+                    causal_flops / forward_ms / 1e9);
+    }
 }
 
 }  // namespace
@@ -227,12 +255,16 @@ int main(int argc, char** argv) {
         const int tokens = argc > 1 ? std::atoi(argv[1]) : 16384;
         std::printf("{\"device\": \"%s\", \"multiprocessors\": %d, \"l2_mib\": %.0f}\n", info.name.c_str(),
                     info.multiprocessors, info.l2_bytes / 1048576.0);
+        if (argc > 3) {  // one configuration's training steps only
+            train_steps(tokens, argv[3], argc > 4 ? argv[4] : "", argc > 5 ? std::atoi(argv[5]) : 4);
+            return 0;
+        }
         std::mt19937_64 rng(1);
         const double copy_gbs = bench_copy();
         bench_updates(copy_gbs, rng);
         bench_gemms(tokens, rng);
         bench_attention(tokens, rng);
-        if (argc > 2 && std::string(argv[2]) == "train") train_steps(tokens);
+        if (argc > 2 && std::string(argv[2]) == "train") train_steps(tokens, "", "", 4);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "dqt: error: %s\n", e.what());
         return 1;

@@ -16,6 +16,14 @@ struct GemmOperand {
     bool bf16;
 };
 
+// A batch of equally spaced row-major matrices: element (r, c) of matrix i at
+// data + i * stride + r * ld + c, in elements.
+struct StridedMatrices {
+    GemmOperand operand;
+    int64_t ld;
+    int64_t stride;
+};
+
 class Gemm {
 public:
     Gemm();  // one handle and its workspace (category scratch)
@@ -26,6 +34,10 @@ public:
     // the same precision.
     void multiply(GemmOperand a, bool transpose_a, GemmOperand b, bool transpose_b, float* c, int m, int n, int k,
                   float beta) const;
+    // The same for `batch` products at once: c_i (m, n) = op(a_i) op(b_i) + beta * c_i, c fp32
+    // with row stride ldc and matrix stride stride_c.
+    void multiply_batched(StridedMatrices a, bool transpose_a, StridedMatrices b, bool transpose_b, float* c,
+                          int64_t ldc, int64_t stride_c, int m, int n, int k, int batch, float beta) const;
 
     // c (m, n) = a (m, k) . w (n, k)^T in int32, exactly; k a multiple of 4.
     void multiply_int8(const int8_t* a, const int8_t* w, int32_t* c, int m, int n, int k) const;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/block_reduce.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/device_memory.h"
 
@@ -14,27 +15,6 @@ namespace dqt::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-
-// Sum over a block of kThreads; every thread gets the total.
-__device__ float block_sum(float x, float* shared) {
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
-    __syncthreads();
-    float total = 0.0f;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += shared[w];
-    return total;
-}
-
-__device__ float block_max(float x, float* shared) {
-    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = x;
-    __syncthreads();
-    float best = shared[0];
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) best = fmaxf(best, shared[w]);
-    return best;
-}
 
 // ---- RMSNorm: a block per row ----------------------------------------------------------------
 

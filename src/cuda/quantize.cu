@@ -1,6 +1,8 @@
 #include "cuda/quantize.h"
 
+#include <algorithm>
 
+#include "cuda/block_reduce.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/device_memory.h"
 #include "kernels/int8_rows.h"
@@ -11,7 +13,9 @@ namespace dqt::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-constexpr size_t kMeanChunk = size_t{1} << 14;  // quant/ternary.cpp's mean_abs chunks
+// mean_abs: a block per kMeanBlockElements elements, at most kMeanMaxBlocks blocks.
+constexpr size_t kMeanBlockElements = size_t{1} << 13;
+constexpr size_t kMeanMaxBlocks = 1024;
 
 __global__ void codes_to_int8_kernel(int8_t* q, const uint8_t* codes, size_t count, CodeGrid grid) {
     const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -24,22 +28,26 @@ __global__ void dequantize_codes_kernel(float* out, const uint8_t* codes, size_t
     if (i < count) out[i] = static_cast<float>(read_code(codes, grid, i)) / *scale;
 }
 
-// partial[chunk] = sum of |w| over the chunk, in double, in index order (one thread a chunk
-// keeps the CPU's order within the chunk).
-__global__ void abs_sum_chunks_kernel(double* partial, const float* w, size_t count, size_t chunks) {
-    const size_t chunk = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-    if (chunk >= chunks) return;
+// partial[block] = sum of |w| in double over the elements a grid-stride loop gives the block's
+// threads: a fixed order for a given count (the grid depends on it only), so the same bits each run.
+__global__ void abs_sum_blocks_kernel(double* partial, const float* w, size_t count) {
+    __shared__ double shared[32];
     double sum = 0.0;
-    const size_t end = min(count, (chunk + 1) * kMeanChunk);
-    for (size_t i = chunk * kMeanChunk; i < end; ++i) sum += fabs(static_cast<double>(w[i]));
-    partial[chunk] = sum;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        sum += fabs(static_cast<double>(w[i]));
+    }
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// One thread: the chunks' sums in order, as the CPU adds them.
-__global__ void mean_from_chunks_kernel(float* mean, const double* partial, size_t chunks, size_t count) {
+// One block: the partial sums, then the mean as a float.
+__global__ void mean_from_partials_kernel(float* mean, const double* partial, size_t blocks, size_t count) {
+    __shared__ double shared[32];
     double sum = 0.0;
-    for (size_t chunk = 0; chunk < chunks; ++chunk) sum += partial[chunk];
-    *mean = static_cast<float>(sum / static_cast<double>(count));
+    for (size_t b = threadIdx.x; b < blocks; b += blockDim.x) sum += partial[b];
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) *mean = static_cast<float>(sum / static_cast<double>(count));
 }
 
 __global__ void reciprocal_kernel(float* out, const float* in) { *out = 1.0f / *in; }
@@ -96,15 +104,17 @@ void dequantize_codes(float* out, const uint8_t* codes, size_t count, CodeGrid g
     check_launch("dequantize_codes_kernel");
 }
 
-size_t mean_abs_scratch_doubles(size_t count) { return (count + kMeanChunk - 1) / kMeanChunk; }
+size_t mean_abs_scratch_doubles(size_t count) {
+    return std::min(kMeanMaxBlocks, (count + kMeanBlockElements - 1) / kMeanBlockElements);
+}
 
 void mean_abs(float* mean, const float* w, size_t count, double* scratch) {
     require(count > 0, "mean_abs: an empty tensor");
-    const size_t chunks = mean_abs_scratch_doubles(count);
-    abs_sum_chunks_kernel<<<blocks_for(chunks, 64), 64>>>(scratch, w, count, chunks);
-    check_launch("abs_sum_chunks_kernel");
-    mean_from_chunks_kernel<<<1, 1>>>(mean, scratch, chunks, count);
-    check_launch("mean_from_chunks_kernel");
+    const size_t blocks = mean_abs_scratch_doubles(count);
+    abs_sum_blocks_kernel<<<blocks, kThreads>>>(scratch, w, count);
+    check_launch("abs_sum_blocks_kernel");
+    mean_from_partials_kernel<<<1, kThreads>>>(mean, scratch, blocks, count);
+    check_launch("mean_from_partials_kernel");
 }
 
 void reciprocal(float* out, const float* in) {

@@ -19,8 +19,10 @@ void codes_to_int8(int8_t* q, const uint8_t* codes, size_t count, CodeGrid grid)
 // out (count) = q / *scale (scale a device pointer).
 void dequantize_codes(float* out, const uint8_t* codes, size_t count, CodeGrid grid, const float* scale);
 
-// *mean (device) = mean |w| of the tensor, summed in double in quant/ternary.cpp's order (fixed
-// chunks, then the chunks in order), so the same float as the CPU's.
+// *mean (device) = mean |w| of the tensor, summed in double in a fixed tree order (the same
+// bits every run). The CPU (quant/ternary.cpp) adds in another order, also in double: the two
+// doubles differ by ~1e-16 relative, so the float is the CPU's unless they straddle a float
+// rounding boundary (~1e-8 of tensors).
 void mean_abs(float* mean, const float* w, size_t count, double* scratch);
 size_t mean_abs_scratch_doubles(size_t count);
 // *out = 1 / *in (device): a dqt weight's weight_scale from its scale, as code_weight_scale.

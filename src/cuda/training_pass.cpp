@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cuda/attention_tc.h"
 #include "cuda/kernels.h"
 #include "cuda/quantize.h"
 #include "kernels/rope.h"
@@ -122,8 +123,10 @@ struct TrainingPass::Input {
     bool quantized() const { return integers.size() > 0; }
 };
 
-TrainingPass::TrainingPass(DeviceModel& model)
-    : model_(model), bf16_(model.host().method.compute == ComputeDtype::bf16) {}
+TrainingPass::TrainingPass(DeviceModel& model, bool fp32_attention)
+    : model_(model),
+      bf16_(model.host().method.compute == ComputeDtype::bf16),
+      tensor_core_attention_(bf16_ && !fp32_attention) {}
 
 TrainingPass::Input TrainingPass::prepare(const ParamTensor& weight, float* in, int rows) {
     Input input;
@@ -138,17 +141,22 @@ TrainingPass::Input TrainingPass::prepare(const ParamTensor& weight, float* in, 
     return input;
 }
 
-void TrainingPass::product(const float* a, bool transpose_a, const float* b, bool transpose_b, float* c, int m, int n,
-                           int k, float beta) {
+void TrainingPass::product(Operand a, bool transpose_a, Operand b, bool transpose_b, float* c, int m, int n, int k,
+                           float beta) {
     if (!bf16_) {
-        gemm_.multiply({a, false}, transpose_a, {b, false}, transpose_b, c, m, n, k, beta);
+        gemm_.multiply({a.values, false}, transpose_a, {b.values, false}, transpose_b, c, m, n, k, beta);
         return;
     }
-    const size_t a_count = static_cast<size_t>(m) * k, b_count = static_cast<size_t>(k) * n;
-    DeviceArray<uint16_t> a16(MemCategory::scratch, a_count), b16(MemCategory::scratch, b_count);
-    round_to_bf16(a16.data(), a, a_count);
-    round_to_bf16(b16.data(), b, b_count);
-    gemm_.multiply({a16.data(), true}, transpose_a, {b16.data(), true}, transpose_b, c, m, n, k, beta);
+    DeviceArray<uint16_t> a16, b16;  // roundings made here, for operands that come without theirs
+    auto bits = [](const Operand& x, DeviceArray<uint16_t>& rounded, size_t count) {
+        if (x.bf16) return x.bf16;
+        rounded = DeviceArray<uint16_t>(MemCategory::scratch, count);
+        round_to_bf16(rounded.data(), x.values, count);
+        return static_cast<const uint16_t*>(rounded.data());
+    };
+    const uint16_t* a_bits = bits(a, a16, static_cast<size_t>(m) * k);
+    const uint16_t* b_bits = bits(b, b16, static_cast<size_t>(k) * n);
+    gemm_.multiply({a_bits, true}, transpose_a, {b_bits, true}, transpose_b, c, m, n, k, beta);
 }
 
 // The weight as the forward reads it, dense fp32 (DenseWeight): bitnet's projection, or q / scale.
@@ -191,17 +199,23 @@ void TrainingPass::linear_forward(const ParamTensor& weight, float* out, const I
 void TrainingPass::linear_backward(const ParamTensor& weight, float* din, const float* dout, const float* in, int rows,
                                    float* gradients) {
     const int O = weight.rows, I = weight.cols;
+    DeviceArray<uint16_t> dout16;  // under bf16 compute, dout rounded once for both products
+    if (bf16_) {
+        dout16 = DeviceArray<uint16_t>(MemCategory::scratch, static_cast<size_t>(rows) * O);
+        round_to_bf16(dout16.data(), dout, dout16.size());
+    }
+    const Operand d_out(dout, dout16.data());
     if (din) {  // din (rows, I) += dout (rows, O) . W (O, I)
         if (weight.format == WeightFormat::f32) {
-            product(dout, false, model_.value(weight), false, din, rows, I, O, 1.0f);
+            product(d_out, false, model_.value(weight), false, din, rows, I, O, 1.0f);
         } else {
             DeviceArray<float> dense(MemCategory::scratch, weight.count());
             dense_weight(weight, dense.data());
-            product(dout, false, dense.data(), false, din, rows, I, O, 1.0f);
+            product(d_out, false, dense.data(), false, din, rows, I, O, 1.0f);
         }
     }
     // dW (O, I) += dout^T . in: straight-through for bitnet and dqt.
-    product(dout, true, in, false, gradients + weight.flat_offset, O, I, rows, 1.0f);
+    product(d_out, true, in, false, gradients + weight.flat_offset, O, I, rows, 1.0f);
 }
 
 double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, const int32_t* targets) {
@@ -234,8 +248,13 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
         }
         rope_forward(a.q.data(), B, T, c.n_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
         rope_forward(a.k.data(), B, T, c.n_kv_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
-        attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
-                          c.n_kv_heads, D);
+        if (tensor_core_attention_) {
+            attention_tc_forward(gemm_, a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
+                                 c.n_kv_heads, D);
+        } else {
+            attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
+                              c.n_kv_heads, D);
+        }
         float* att_out = a.att.data();
         if (c.subln) {
             rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), model_.value(*p.attn_subnorm), N, C,
@@ -320,8 +339,13 @@ void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gr
         acts.d_q.zero();
         acts.d_k.zero();
         acts.d_v.zero();
-        attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_att, a.att.data(), a.lse.data(),
-                           a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads, c.n_kv_heads, D, acts.delta.data());
+        if (tensor_core_attention_) {
+            attention_tc_backward(gemm_, acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_att, a.lse.data(),
+                                  a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads, c.n_kv_heads, D);
+        } else {
+            attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_att, a.att.data(), a.lse.data(),
+                               a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads, c.n_kv_heads, D, acts.delta.data());
+        }
         rope_backward(acts.d_q.data(), B, T, c.n_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
         rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
         float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now

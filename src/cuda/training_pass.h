@@ -8,8 +8,10 @@
 // int8 activations by the codes as int8 on the tensor cores (exact int32 sums), and a dense copy
 // of a weight exists only inside the op that needs it (the input gradient), as on the CPU.
 // Compute fp32 (fp32 products, no TF32) or bf16 (operands rounded to bf16, fp32 sums), as
-// MethodConfig::compute says; either way the arithmetic is the CPU's, so a GPU step follows the
-// CPU step within rounding (tests/cuda/test_cuda_training.cpp).
+// MethodConfig::compute says. The linears' arithmetic is the CPU's either way; under bf16 the
+// attention's products take bf16 operands on the tensor cores too (cuda/attention_tc.h), where
+// the CPU's attention stays fp32. A GPU step follows the CPU step within that rounding
+// (tests/cuda/test_cuda_training.cpp).
 //
 // Not yet: quantized embedding or head, the ReLU^2 FFN, fused (piece-wise) updates.
 #include <cstdint>
@@ -69,7 +71,9 @@ struct DeviceActivations {
 
 class TrainingPass {
 public:
-    explicit TrainingPass(DeviceModel& model);
+    // fp32_attention keeps the fp32 attention kernels under bf16 compute, the CPU's arithmetic:
+    // the per-step test holds the bf16 linears to the CPU's that way.
+    explicit TrainingPass(DeviceModel& model, bool fp32_attention = false);
     // tokens, targets (B * T) host arrays; returns the summed cross-entropy (nats).
     double forward(DeviceActivations& acts, const int32_t* tokens, const int32_t* targets);
     // Gradients of the last forward, scaled by grad_scale, added into gradients (layout.total,
@@ -83,12 +87,20 @@ private:
     void linear_backward(const ParamTensor& weight, float* din, const float* dout, const float* in, int rows,
                          float* gradients);
     void dense_weight(const ParamTensor& weight, float* out);
-    void product(const float* a, bool transpose_a, const float* b, bool transpose_b, float* c, int m, int n, int k,
-                 float beta);
+    // A product's operand: fp32 values, and under bf16 compute maybe their bf16 bits already, so
+    // that an operand two products share is rounded once.
+    struct Operand {
+        Operand(const float* values) : values(values) {}  // NOLINT: implicit, most operands are plain
+        Operand(const float* values, const uint16_t* bf16) : values(values), bf16(bf16) {}
+        const float* values;
+        const uint16_t* bf16 = nullptr;
+    };
+    void product(Operand a, bool transpose_a, Operand b, bool transpose_b, float* c, int m, int n, int k, float beta);
 
     DeviceModel& model_;
     Gemm gemm_;
     bool bf16_;
+    bool tensor_core_attention_;
 };
 
 // Every tensor's Adam moments on the GPU, and the optimizer step over a whole-model gradient.

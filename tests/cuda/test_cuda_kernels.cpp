@@ -4,6 +4,7 @@
 // or missing term moves values by far more.
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/quantize.h"
 #include "cuda_test_support.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -12,6 +13,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "quant/bf16.h"
+#include "quant/ternary.h"
 
 using namespace dqt;
 using namespace dqt::cuda::testing;
@@ -152,6 +154,20 @@ TEST_F(GpuKernels, AttentionForwardAndBackwardMatchTheCpu) {
         EXPECT_LT(relative_error(download(d_dq), dq), kTolerance);
         EXPECT_LT(relative_error(download(d_dk), dk), kTolerance);
         EXPECT_LT(relative_error(download(d_dv), dv), kTolerance);
+    }
+}
+
+// bitnet's gamma: mean |w| in double on both sides, in different orders; the floats agree (see
+// cuda/quantize.h) from one element to more than the block limit's worth.
+TEST_F(GpuKernels, MeanAbsIsTheCpusFloat) {
+    for (const size_t count : {size_t{1}, size_t{1000}, size_t{589824}, size_t{1572864}, size_t{9437184}}) {
+        SCOPED_TRACE(count);
+        const auto w = random_floats(rng, count, 0.02f);
+        auto d_w = upload(w);
+        gpu::DeviceArray<double> scratch(MemCategory::scratch, gpu::mean_abs_scratch_doubles(count));
+        gpu::DeviceArray<float> mean(MemCategory::scratch, 1);
+        gpu::mean_abs(mean.data(), d_w.data(), count, scratch.data());
+        EXPECT_EQ(download(mean)[0], static_cast<float>(mean_abs(w.data(), count)));
     }
 }
 

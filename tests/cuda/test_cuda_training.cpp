@@ -10,8 +10,12 @@
 // rounds), and everything downstream of it moves: 1e-2 for those (measured on an H200: worst
 // 4.8e-3, ternary dqt's head; each case prints its worst). bf16 compute rounds the same operands
 // to bf16 on both sides, and a later rounding can land on the other side of a bf16 boundary
-// (1/256 relative): 1e-2 too, the loss 1e-4. A missing term, a transposed product or a wrong
-// scale moves a gradient by 1e-1 or more.
+// (1/256 relative): 1e-2 too, the loss 1e-4, with the CPU's fp32 attention on the GPU. With the
+// GPU's own bf16 attention (cuda/attention_tc.h: Q, K, V, P and dS rounded to bf16, where the
+// CPU keeps fp32; tested on its own against a reference with the same roundings at 2e-3), the
+// step computes a slightly different function: 5e-2 and the loss 1e-3, which still catches the
+// attention wired wrong (a swapped or missing gradient moves values by order 1). A missing term,
+// a transposed product or a wrong scale moves a gradient by 1e-1 or more.
 #include <cstring>
 
 #include "../gradient_buffer.h"
@@ -76,9 +80,17 @@ class GpuTraining : public Gpu {};
 
 TEST_F(GpuTraining, LossAndGradientsMatchTheCpu) {
     const int B = 2, T = 64, N = B * T;
-    for (const std::string label : {"fp", "bitnet", "dqt-1.58", "dqt-8", "fp-bf16", "dqt-1.58-bf16"}) {
+    struct Case {
+        std::string label;
+        bool fp32_attention;  // under bf16: the CPU's fp32 attention, else the tensor-core one
+    };
+    for (const Case& run : std::vector<Case>{{"fp", false}, {"bitnet", false}, {"dqt-1.58", false}, {"dqt-8", false},
+                                             {"fp-bf16", true}, {"dqt-1.58-bf16", true}, {"fp-bf16", false},
+                                             {"dqt-1.58-bf16", false}}) {
+        const std::string& label = run.label;
         for (bool tied : {false, true}) {
-            SCOPED_TRACE(label + (tied ? ", tied head" : ", own head") + ", seed " + std::to_string(test_seed()));
+            SCOPED_TRACE(label + (tied ? ", tied head" : ", own head") + (run.fp32_attention ? ", fp32 attention" : "") +
+                         ", seed " + std::to_string(test_seed()));
             std::mt19937_64 rng(test_seed());
             const ModelConfig config = small_config(tied);
             ModelParameters host(config, method_of(label));
@@ -94,15 +106,16 @@ TEST_F(GpuTraining, LossAndGradientsMatchTheCpu) {
 
             DeviceModel device(host);
             DeviceActivations device_acts(config, B, T);
-            TrainingPass pass(device);
+            TrainingPass pass(device, run.fp32_attention);
             const double gpu_loss = pass.forward(device_acts, batch.tokens.data(), batch.targets.data());
             DeviceArray<float> gpu_gradients(MemCategory::gradients, host.layout.total);
             gpu_gradients.zero();
             pass.backward(device_acts, 1.0f / N, gpu_gradients.data());
 
             const bool bf16 = host.method.compute == ComputeDtype::bf16;
-            EXPECT_NEAR(gpu_loss, cpu_loss, (bf16 ? 1e-4 : 1e-5) * cpu_loss);
-            const double tolerance = label == "fp" ? 1e-4 : 1e-2;
+            const bool bf16_attention = bf16 && !run.fp32_attention;
+            EXPECT_NEAR(gpu_loss, cpu_loss, (bf16_attention ? 1e-3 : bf16 ? 1e-4 : 1e-5) * cpu_loss);
+            const double tolerance = label == "fp" ? 1e-4 : bf16_attention ? 5e-2 : 1e-2;
             const std::vector<float> all = download(gpu_gradients);
             double worst = 0.0;
             std::string worst_tensor;
@@ -118,8 +131,8 @@ TEST_F(GpuTraining, LossAndGradientsMatchTheCpu) {
                     worst_tensor = tensor.name;
                 }
             }
-            std::printf("%s%s: loss %.6f (cpu %.6f), worst gradient error %.2e (%s)\n", label.c_str(),
-                        tied ? ", tied" : "", gpu_loss, cpu_loss, worst, worst_tensor.c_str());
+            std::printf("%s%s%s: loss %.6f (cpu %.6f), worst gradient error %.2e (%s)\n", label.c_str(),
+                        tied ? ", tied" : "", bf16 && run.fp32_attention ? ", fp32 attention" : "", gpu_loss, cpu_loss, worst, worst_tensor.c_str());
         }
     }
 }
