@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "optim/fused_update.h"
 #include "test_helpers.h"
+#include "train/device_step.h"
 #include "train/memory_estimate.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -139,6 +140,41 @@ TEST(CrashConsistency, RunsKilledAnywhereResumeToTheUninterruptedResult) {
 // during that write leaves the previous checkpoint, and the tensors equal the synchronous run's.
 TEST(CrashConsistency, RunsWithBackgroundCheckpointsKilledAnywhereResumeToTheUninterruptedResult) {
     expect_killed_runs_resume_to_the_uninterrupted_result("--async-checkpoint");
+}
+
+// With the step on a device (`--device cuda`) the weights live there; the loop copies them back
+// before it evaluates or saves, once per step that needs them: an evaluation and a checkpoint
+// at the same step copy once. A stand-in device step counts the copies.
+TEST(Train, ADeviceStepIsCopiedBackOncePerStepThatReadsIt) {
+    struct CountingStep : DeviceStep {
+        explicit CountingStep(int* copies) : copies(copies) {}
+        TrainingStep::Result run(float, float, int64_t, const Fill&) override {
+            TrainingStep::Result result;
+            result.loss_sum = 1.0;
+            result.grad_norm = 1.0;
+            return result;
+        }
+        void copy_to_host(ModelParameters&, OptimizerState&) override { ++*copies; }
+        nlohmann::json memory_json() const override {
+            return {{"device", "stand-in"}, {"peak_bytes", nlohmann::json::object()}, {"driver_used_bytes", 0},
+                    {"driver_total_bytes", 0}};
+        }
+        int* copies;
+    };
+    int copies = 0;
+    set_cuda_step_factory([&copies](const ModelParameters&, const OptimizerState&, const TrainOptions&) {
+        return std::make_unique<CountingStep>(&copies);
+    });
+    TempDir run("device-copies");
+    TrainOptions options = tiny_train_options(run / "run");
+    options.device = TrainDevice::cuda;
+    options.steps = 6;
+    options.eval_every = 2;
+    options.checkpoint_every = 2;
+    run_training(options, quiet_control());
+    set_cuda_step_factory(nullptr);
+    // Steps 2 and 4 evaluate and save; step 6 saves, then the end of the run evaluates.
+    EXPECT_EQ(copies, 3);
 }
 
 TEST(Train, TinyRunLossFalls) {

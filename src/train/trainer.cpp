@@ -299,6 +299,7 @@ private:
         };
         if (device_) {
             outcome.result = device_->run(grad_scale, outcome.lr, step + 1, sample);
+            host_is_current_ = false;
         } else {
             outcome.result = state_.step->run(*acts, grad_scale, outcome.lr, step + 1, [&](int micro) {
                 sample(micro, acts->tokens.data(), acts->targets.data());
@@ -361,9 +362,11 @@ private:
     }
 
     // With the step on a device, the host's model and optimizer state are brought up to date
-    // before anything reads them (evaluation, checkpoints).
+    // before anything reads them (evaluation, checkpoints), once per step that changed them.
     void pull_from_device() {
-        if (device_) device_->copy_to_host(state_.model, state_.optimizer);
+        if (!device_ || host_is_current_) return;
+        device_->copy_to_host(state_.model, state_.optimizer);
+        host_is_current_ = true;
     }
 
     EvalResult evaluate(int step) {
@@ -432,6 +435,7 @@ private:
     std::optional<MetricsLog> metrics_;
     std::optional<CodeDynamics> code_dynamics_;
     std::unique_ptr<DeviceStep> device_;  // --device cuda: the step runs there
+    bool host_is_current_ = true;         // the host's state equals the device's (pulled since the last step)
     FILE* out_;  // progress output; null when quiet or not rank 0
     ProgressDisplay progress_;
 };
