@@ -73,10 +73,11 @@ class Phase:
         self.stage, self.corpus, self.size, self.seed = "direction", corpus, size, seed
         self.method_flags, self.init_from = method_flags, init_from
 
-    def flags(self):
+    def flags(self, head_flags):
+        """head_flags: tune_grid.untied_head_flags() of the binary that runs it."""
         p = self.point
         # A warm-started run takes its shape from the model it starts from.
-        shape = [] if self.init_from else grid.SIZES[self.size] + ["--init-std", f"{p['init_std']:g}"]
+        shape = [] if self.init_from else grid.SIZES[self.size] + head_flags + ["--init-std", f"{p['init_std']:g}"]
         start = ["--init-from", str(self.init_from)] if self.init_from else []
         return (self.method_flags + shape + grid.COMMON + start +
                 ["--data", grid.CORPORA[self.corpus], "--steps", str(self.steps), "--seed", str(self.seed),
@@ -97,23 +98,23 @@ def load_records():
     return {r["name"]: r for r in (json.loads(l) for l in RECORDS.read_text().splitlines() if l.strip())}
 
 
-def run_phase(phase, dqt, nice):
+def run_phase(phase, dqt, nice, head_flags):
     """Trains one phase; its record (tune_grid.summarize), or None when it failed."""
     out = grid.RUN_ROOT / phase.name
-    command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(), "--out", str(out), "--overwrite"]
+    command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(head_flags), "--out", str(out), "--overwrite"]
     print(f"gap_directions: start {phase.name}", flush=True)
     started = time.time()
     with open(grid.RUN_ROOT / f"{phase.name}.log", "w") as sink:
         subprocess.run(command, cwd=grid.REPO, stdout=sink, stderr=sink)
-    return grid.summarize(phase, out, time.time() - started, built_from="")
+    return grid.summarize(phase, out, time.time() - started, "", head_flags)
 
 
-def run_together(phases, dqt, nice):
+def run_together(phases, dqt, nice, head_flags):
     """Trains phases at the same time; their records (None for a run that failed)."""
     running = []
     for phase in phases:
         out = grid.RUN_ROOT / phase.name
-        command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(), "--out", str(out), "--overwrite"]
+        command = ["nice", "-n", str(nice), dqt, "train", *phase.flags(head_flags), "--out", str(out), "--overwrite"]
         print(f"gap_directions: start {phase.name}", flush=True)
         sink = open(grid.RUN_ROOT / f"{phase.name}.log", "w")
         running.append((phase, out, sink, subprocess.Popen(command, cwd=grid.REPO, stdout=sink, stderr=sink)))
@@ -122,11 +123,11 @@ def run_together(phases, dqt, nice):
     for phase, out, sink, process in running:
         process.wait()
         sink.close()
-        records.append(grid.summarize(phase, out, time.time() - started, built_from=""))
+        records.append(grid.summarize(phase, out, time.time() - started, "", head_flags))
     return records
 
 
-def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, grid_records, beside_bitnet=False):
+def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, head_flags, grid_records, beside_bitnet=False):
     target, extra, source, fraction = ARMS[arm]
     if arm == "recipe":  # the recipe's own flags, not the grid method's
         extra, method_flags = [], ARMS[arm][1]
@@ -142,7 +143,7 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, grid_records
         first_steps = round(fraction * total)
         first = Phase(name + "-source", source, SOURCE_FLAGS[source], best_prune_point(grid_records, source),
                       first_steps, corpus, size, seed)
-        phases.append(run_phase(first, dqt, nice))
+        phases.append(run_phase(first, dqt, nice, head_flags))
         if phases[-1] is None or phases[-1]["val_loss"] is None:
             return name, None
         init_from = grid.RUN_ROOT / first.name / "checkpoint.dqt"
@@ -153,11 +154,11 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, grid_records
     if beside_bitnet:
         bitnet = Phase(name + "-beside-bitnet", "bitnet", grid.METHODS["bitnet"], best_prune_point(grid_records, "bitnet"),
                        total, corpus, size, seed)
-        arm_record, beside = run_together([last, bitnet], dqt, nice)
+        arm_record, beside = run_together([last, bitnet], dqt, nice, head_flags)
         phases.append(arm_record)
         (grid.RUN_ROOT / bitnet.name / "checkpoint.dqt").unlink(missing_ok=True)
     else:
-        phases.append(run_phase(last, dqt, nice))
+        phases.append(run_phase(last, dqt, nice, head_flags))
     if init_from:
         init_from.unlink(missing_ok=True)
     (grid.RUN_ROOT / last.name / "checkpoint.dqt").unlink(missing_ok=True)
@@ -295,12 +296,12 @@ def main():
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
     dqt, built_from = grid.frozen_binary(args.dqt)
-    grid.keep_untied_head(dqt)
+    head_flags = grid.untied_head_flags(dqt)
     for arm in args.arms:
         if f"direction-{args.corpus}-{args.size}-{arm}-{args.budget}-s{args.seed}" in load_records():
             continue
         name, record = run_arm(arm, args.budget, args.corpus, args.size, args.seed, dqt, built_from, args.nice,
-                               grid_records, args.beside_bitnet)
+                               head_flags, grid_records, args.beside_bitnet)
         if record is None:
             print(f"gap_directions: {name} failed: see {grid.RUN_ROOT}/{name}*.log", file=sys.stderr)
             continue

@@ -87,10 +87,11 @@ class Run:
         self.steps = PRUNE_STEPS if stage == "prune" else FULL_STEPS
         self.name = f"{stage}-{corpus}-{size}-{method}-{point_name(point)}-s{seed}"
 
-    def flags(self):
+    def flags(self, head_flags):
+        """head_flags: untied_head_flags() of the binary that runs it."""
         p = self.point
         eval_every = 0 if self.stage == "prune" else 250
-        return (METHODS[self.method] + SIZES[self.size] + COMMON +
+        return (METHODS[self.method] + SIZES[self.size] + head_flags + COMMON +
                 ["--data", CORPORA[self.corpus], "--steps", str(self.steps), "--seed", str(self.seed),
                  "--lr", f"{p['lr']:g}", "--init-std", f"{p['init_std']:g}",
                  "--min-lr-ratio", f"{p['min_lr_ratio']:g}", "--beta1", f"{p['beta1']:g}",
@@ -184,16 +185,14 @@ def frozen_binary(dqt):
     return str(copy), head + ("+dirty" if dirty else "")
 
 
-def keep_untied_head(dqt):
+def untied_head_flags(dqt):
     """The grid's models have a separate lm_head, the default of the binaries that started it;
     binaries since 2026-11-26 tie it unless told, so they are told: every run, one architecture."""
     help_text = subprocess.run([dqt, "train", "--help"], capture_output=True, text=True).stdout
-    if "--untie-embeddings" in help_text:
-        for flags in SIZES.values():
-            flags.append("--untie-embeddings")
+    return ["--untie-embeddings"] if "--untie-embeddings" in help_text else []
 
 
-def summarize(run, out, elapsed, built_from):
+def summarize(run, out, elapsed, built_from, head_flags):
     """The record of a finished run, read from its metrics.jsonl: one that ended, or one that
     diverged (val_loss None, diverged_at its step: a result of those settings, not run again).
     None when the run did neither (it failed)."""
@@ -213,11 +212,11 @@ def summarize(run, out, elapsed, built_from):
         "evals": evals,
         "train": [[l["step"], round(l["loss"], 5)] for l in train if l["step"] % 50 == 0],
         "median_step_seconds": statistics.median(middle) if middle else None,
-        "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(),
+        "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(head_flags),
     }
 
 
-def execute(runs, dqt, built_from, jobs, nice):
+def execute(runs, dqt, built_from, jobs, nice, head_flags):
     """Runs `runs` `jobs` at a time; appends each finished run's record as soon as it ends."""
     pending, active = list(runs), []
     RUN_ROOT.mkdir(parents=True, exist_ok=True)
@@ -227,7 +226,7 @@ def execute(runs, dqt, built_from, jobs, nice):
             run = pending.pop(0)
             out = RUN_ROOT / run.name
             log = open(RUN_ROOT / f"{run.name}.log", "w")
-            command = ["nice", "-n", str(nice), dqt, "train", *run.flags(), "--out", str(out), "--overwrite"]
+            command = ["nice", "-n", str(nice), dqt, "train", *run.flags(head_flags), "--out", str(out), "--overwrite"]
             print(f"tune_grid: start {run.name}", flush=True)
             active.append((run, out, subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log), time.time()))
         time.sleep(2)
@@ -236,7 +235,7 @@ def execute(runs, dqt, built_from, jobs, nice):
             if process.poll() is None:
                 continue
             active.remove(entry)
-            record = summarize(run, out, time.time() - started, built_from)
+            record = summarize(run, out, time.time() - started, built_from, head_flags)
             if record is None:
                 print(f"tune_grid: {run.name} failed (exit {process.returncode}): see {RUN_ROOT / run.name}.log",
                       file=sys.stderr, flush=True)
@@ -347,7 +346,7 @@ def main():
             subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
                             "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     dqt, built_from = frozen_binary(args.dqt)
-    keep_untied_head(dqt)
+    head_flags = untied_head_flags(dqt)
     stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
     for stage in stages:
         records = load_records()
@@ -361,7 +360,7 @@ def main():
             for run in todo:
                 print(f"  {run.name}")
             continue
-        execute(todo, dqt, built_from, args.jobs, args.nice)
+        execute(todo, dqt, built_from, args.jobs, args.nice, head_flags)
 
 
 if __name__ == "__main__":
