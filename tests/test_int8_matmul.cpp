@@ -172,6 +172,54 @@ TEST(Int8Matmul, ExtremeValuesDoNotSaturateAnyPath) {
     }
 }
 
+// A prompt's many activation rows go to oneDNN's int8 GEMM on the VNNI path (weight rows in
+// blocks of 512, a ragged last block), whole and by row range; bit for bit the reference's, on
+// random codes and on the extremes that would saturate 16-bit pair sums.
+TEST(Int8Matmul, PromptSizedBatchesThroughOneDnnMatchTheReference) {
+    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "this CPU lacks AVX-512 VNNI";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    struct Shape {
+        int rows, cols, n;
+    };
+    for (const Shape& shape : {Shape{1100, 2560, 128}, Shape{37, 6912, 40}, Shape{600, 1000, 300}}) {
+        const std::string what = shape_text(shape.rows, shape.cols, shape.n);
+        ASSERT_TRUE(int8_matmul_uses_onednn(shape.n, int8_padded_cols(shape.cols), IntegerIsa::avx512_vnni)) << what;
+        const auto q = random_codes(rng, static_cast<size_t>(shape.rows) * shape.cols);
+        const Int8Matrix w = pack_int8(q.data(), shape.rows, shape.cols, 0.02f);
+        const Int8Rows x = rows_from_codes(random_codes(rng, static_cast<size_t>(shape.n) * shape.cols), shape.n,
+                                           shape.cols, 0.5f);
+        EXPECT_GE(expect_every_path_matches_reference(w, x, what), 1);
+        // A range that starts and ends inside oneDNN's blocks writes only its columns.
+        const int begin = shape.rows / 3, end = shape.rows - 5;
+        std::vector<float> expected(static_cast<size_t>(shape.n) * shape.rows), got(expected.size(), NAN);
+        int8_matmul_reference(w, x, expected.data());
+        int8_matmul_rows(w, x, got.data(), begin, end, IntegerIsa::avx512_vnni);
+        for (int r = 0; r < shape.n; ++r) {
+            for (int o = 0; o < shape.rows; ++o) {
+                const float v = got[static_cast<size_t>(r) * shape.rows + o];
+                if (o >= begin && o < end) {
+                    ASSERT_EQ(v, expected[static_cast<size_t>(r) * shape.rows + o]) << what << ", row " << r << ", output " << o;
+                } else {
+                    ASSERT_TRUE(std::isnan(v)) << what << ": output " << o << " outside the range was written";
+                }
+            }
+        }
+    }
+    // The widest rows at the extremes: -128 weights against -128 and 127 activations.
+    const int cols = kInt8MaxCols, n = 4;
+    ASSERT_TRUE(int8_matmul_uses_onednn(n, int8_padded_cols(cols), IntegerIsa::avx512_vnni));
+    const Int8Matrix w = pack_int8(std::vector<int8_t>(static_cast<size_t>(3) * cols, -128).data(), 3, cols, 1.0f);
+    for (int fill : {-128, 127}) {
+        const Int8Rows x =
+            rows_from_codes(std::vector<int8_t>(static_cast<size_t>(n) * cols, static_cast<int8_t>(fill)), n, cols, 1.0f);
+        std::vector<float> out(static_cast<size_t>(n) * w.rows);
+        int8_matmul(w, x, out.data(), IntegerIsa::avx512_vnni);
+        for (float v : out) ASSERT_EQ(v, static_cast<float>(static_cast<int64_t>(cols) * -128 * fill)) << "activations " << fill;
+    }
+}
+
 TEST(Int8Matmul, ReferenceEqualsTheFloat64ProductOfDequantizedOperands) {
     // Independent of the packing and of the integer sums: sum_i (q * scale) * (a / s) in double.
     const uint64_t seed = dqt::testing::test_seed();

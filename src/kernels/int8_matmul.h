@@ -4,8 +4,8 @@
 // (W = q * scale); each activation row is quantized to int8 with absmax by the shared
 // quantizer (kernels/int8_rows.h, x ~ a / s). Products are summed exactly in int32:
 //   out[r][o] = int8_output_factor(scale, s[r]) * sum_i q[o][i] * a[r][i].
-// One code serves the prompt (many rows, compute bound) and the decode (one row, bound by
-// the bandwidth that streams the weights) shapes.
+// The tile kernels serve the decode (one row, bound by the bandwidth that streams the
+// weights) and small batches; a prompt's many rows go to oneDNN's int8 GEMM (below).
 //
 // Every instruction-set path returns the reference's floats bit for bit, for any int8
 // values on either side (-128 included): the integer sums are exact, and the float epilogue
@@ -55,6 +55,12 @@ void int8_matmul(const Int8Matrix& w, const Int8Rows& x, float* out, IntegerIsa 
 // (x.rows, w.rows) matrix; only out[r * w.rows + o] for o in [row_begin, row_end) is written.
 // dqt::Error for a range outside [0, w.rows].
 void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end, IntegerIsa isa);
+
+// Whether a product with this many activation rows of padded_cols goes to oneDNN's int8 GEMM
+// (dnnl_gemm_s8s8s32; a prompt's many rows) rather than the tile kernels, on the given path:
+// only the AVX-512 VNNI path does (oneDNN's s8 GEMM can saturate 16-bit pair sums without VNNI).
+// Its outputs equal the tile kernels' bit for bit: the int32 sums are exact either way.
+bool int8_matmul_uses_onednn(int activation_rows, int padded_cols, IntegerIsa isa);
 
 // The slow reference: weight by weight, int64 sums, the same float epilogue.
 void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out);
