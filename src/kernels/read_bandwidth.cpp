@@ -31,6 +31,13 @@ DQT_TARGET_CLONES uint64_t sum_words(const uint64_t* words, size_t count) {
 ReadBandwidth::ReadBandwidth(uint64_t cache_bytes)
     : words_(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t), 1) {}
 
+ReadBandwidth ReadBandwidth::over_exactly(uint64_t bytes) {
+    const uint64_t words = std::max<uint64_t>(1, bytes / sizeof(uint64_t));
+    constexpr uint64_t kBytesPerPass = uint64_t{64} << 20;
+    const uint64_t sweeps = std::max<uint64_t>(1, kBytesPerPass / (words * sizeof(uint64_t)));
+    return ReadBandwidth(static_cast<size_t>(words), static_cast<int>(sweeps));
+}
+
 void ReadBandwidth::measure_pass() {
     const auto start = std::chrono::steady_clock::now();
     uint64_t sum = 0;
@@ -39,10 +46,13 @@ void ReadBandwidth::measure_pass() {
         const size_t count = words_.size(), threads = static_cast<size_t>(omp_get_num_threads());
         const size_t share = (count + threads - 1) / threads;
         const size_t first = std::min(count, share * static_cast<size_t>(omp_get_thread_num()));
-        sum += sum_words(words_.data() + first, std::min(share, count - first));
+        for (int sweep = 0; sweep < sweeps_; ++sweep) {
+            sum += sum_words(words_.data() + first, std::min(share, count - first));
+            asm volatile("" ::: "memory");  // each sweep reads the words again: no call is merged
+        }
     }
     best_seconds_ = std::min(best_seconds_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    require(sum == words_.size(), "bandwidth pass lost data");  // keeps the sum from being optimised away
+    require(sum == words_.size() * static_cast<uint64_t>(sweeps_), "bandwidth pass lost data");  // keeps the sum from being optimised away
 }
 
 }  // namespace dqt

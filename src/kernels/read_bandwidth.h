@@ -2,6 +2,7 @@
 // This machine's read bandwidth beyond the cache: the limit a memory-bound kernel (one-row
 // decode) is measured against, in the same process as the kernel (`dqt bench generate`,
 // bench_ternary_batch).
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -16,12 +17,19 @@ namespace dqt {
 class ReadBandwidth {
 public:
     explicit ReadBandwidth(uint64_t cache_bytes);
+    // Passes over exactly `bytes` (whole words, at least one), each sweeping it often enough to
+    // read 64 MiB: the rate at which data of that size reads back, from whichever level of the
+    // cache holds it. Where the cache's size cannot be read, this tells whether a model's bytes
+    // decode from the cache (a rate well above the one beyond it) or from memory.
+    static ReadBandwidth over_exactly(uint64_t bytes);
     uint64_t buffer_bytes() const { return words_.size() * sizeof(uint64_t); }
     void measure_pass();
-    double bytes_per_second() const { return static_cast<double>(buffer_bytes()) / best_seconds_; }
+    double bytes_per_second() const { return static_cast<double>(buffer_bytes()) * sweeps_ / best_seconds_; }
 
 private:
+    ReadBandwidth(size_t words, int sweeps) : words_(words, 1), sweeps_(sweeps) {}
     std::vector<uint64_t> words_;  // all ones
+    int sweeps_ = 1;               // over the buffer in one pass
     double best_seconds_ = std::numeric_limits<double>::infinity();
 };
 
