@@ -22,6 +22,7 @@
 #include "core/cpu_cache.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "data/synthetic_bpe.h"
 #include "export/gguf_model.h"
 #include "io/gguf.h"
 #include "infer/inference_model.h"
@@ -179,9 +180,10 @@ ModelConfig bench_model_config(const std::string& preset) {
         return c;
     }
     if (preset == "2b") {
-        // BitNet b1.58 2B4T's blocks: 2.09B parameters, 525 MB of 2-bit codes (with a byte
-        // vocabulary and SwiGLU in place of its 128,256-entry head and ReLU^2, which export to
-        // llama.cpp does not carry yet).
+        // BitNet b1.58 2B4T's shape: its blocks (2.09B parameters, 525 MB of 2-bit codes) and its
+        // 128,256-entry vocabulary (a synthetic one: data/synthetic_bpe.h), tied; SwiGLU in place
+        // of its ReLU^2, which export to llama.cpp does not carry.
+        c.vocab_size = 128256;
         c.dim = 2560;
         c.n_layers = 30;
         c.n_heads = 20;
@@ -192,10 +194,15 @@ ModelConfig bench_model_config(const std::string& preset) {
     throw Error("unknown --preset '" + quote_untrusted(preset, 20) + "': use 154m or 2b");
 }
 
+std::unique_ptr<Tokenizer> bench_tokenizer(const ModelConfig& config) {
+    return config.vocab_size == 256 ? make_byte_tokenizer() : make_synthetic_byte_level_bpe(config.vocab_size);
+}
+
 void add_bench_preset_flag(CLI::App& command, std::string& preset) {
     command.add_option("--preset", preset,
-                       "shape of the random model: 154m, or 2b (BitNet b1.58 2B4T's blocks: dim 2560, 30 layers, 20 "
-                       "heads, 5 kv heads, FFN 6912); --dim and the other shape flags override it")
+                       "shape of the random model: 154m (byte vocabulary), or 2b (BitNet b1.58 2B4T's: dim 2560, 30 "
+                       "layers, 20 heads, 5 kv heads, FFN 6912, vocabulary 128,256); --dim and the other shape flags "
+                       "override it; a --vocab-size other than 256 exports a synthetic byte-level BPE vocabulary")
         ->capture_default_str();
 }
 
@@ -250,7 +257,7 @@ void add_bench_generate_command(CLI::App& bench) {
             random_model.initialize(1);
             if (!kept.empty()) std::filesystem::create_directories(args->keep_dir);
             gguf = kept.empty() ? folder + "/model.gguf" : kept;
-            export_gguf(random_model, *make_byte_tokenizer(), GgufExportOptions{}, gguf);
+            export_gguf(random_model, *bench_tokenizer(config), GgufExportOptions{}, gguf);
         }
         std::unique_ptr<InferenceModel> built;
         {

@@ -101,7 +101,7 @@ void add_bench_serve_command(CLI::App& bench) {
                 resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset)),
                 method);
             parameters->initialize(1);
-            tokenizer = make_byte_tokenizer();
+            tokenizer = bench_tokenizer(parameters->config);
         } else {
             ModelFile loaded = load_model_file(args->model_path);
             parameters = std::move(loaded.model);

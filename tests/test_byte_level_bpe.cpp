@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "data/byte_level_bpe.h"
+#include "data/synthetic_bpe.h"
 #include "data/tokenizer.h"
 #include "export/hf_import.h"
 #include "test_helpers.h"
@@ -113,4 +114,27 @@ TEST(ByteLevelBpe, RefusesWhatItDoesNotImplementWithOneLine) {
     expect_refused(edited([](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }), "is not supported");
     expect_refused(edited([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; }),
                    "add_prefix_space");
+}
+
+// The synthetic vocabulary (data/synthetic_bpe.h): exactly the size asked for, pairs and
+// pair-plus-byte tokens where the order says, and any bytes round-trip through it.
+TEST(SyntheticByteLevelBpe, HasTheSizeAskedAndEncodesPairsAndTriplesAsOneToken) {
+    for (const int size : {256, 1000, 65792, 70000}) {
+        const std::unique_ptr<Tokenizer> tokenizer = make_synthetic_byte_level_bpe(size);
+        EXPECT_EQ(tokenizer->vocab_size(), size);
+        EXPECT_EQ(tokenizer->kind(), "byte-level-bpe");
+    }
+    const std::unique_ptr<Tokenizer> tokenizer = make_synthetic_byte_level_bpe(70000);
+    // "ab" is pair (97, 98). Triples exist for the first (70,000 - 65,792) / 256 = 16 pairs only:
+    // "\0\0\5" is pair 0 then byte 5, one token; "abc"'s triple is beyond this size, so a pair and a byte.
+    EXPECT_EQ(tokenizer->encode("ab"), std::vector<int32_t>({256 + 97 * 256 + 98}));
+    EXPECT_EQ(tokenizer->encode(std::string("\x00\x00\x05", 3)), std::vector<int32_t>({256 + 65536 + 5}));
+    EXPECT_EQ(tokenizer->encode("abc"), std::vector<int32_t>({256 + 97 * 256 + 98, 99}));
+    std::mt19937 rng(29);
+    for (int trial = 0; trial < 20; ++trial) {
+        std::string bytes(static_cast<size_t>(rng() % 200), '\0');
+        for (char& c : bytes) c = static_cast<char>(rng() % 256);
+        EXPECT_EQ(tokenizer->decode(tokenizer->encode(bytes)), bytes);
+    }
+    EXPECT_THROW(make_synthetic_byte_level_bpe(255), Error);
 }

@@ -438,11 +438,12 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     expect_one_line_error(run_dqt("eval " + (root / "fake.gguf")), "truncated");
 }
 
-// The generation benchmark runs end to end on a tiny model, against llama.cpp too.
+// The generation benchmark runs end to end on a tiny model, against llama.cpp too, which loads
+// its synthetic 1,000-entry byte-level vocabulary.
 TEST(Cli, BenchGenerateComparesWithLlamaCpp) {
     const CommandResult result = run_dqt(
-        "bench generate --dim 256 --layers 1 --heads 4 --ffn 256 --seq-len 64 --prompt-tokens 16 --decode-tokens 8 "
-        "--repeats 1 --json");
+        "bench generate --dim 256 --layers 1 --heads 4 --ffn 256 --seq-len 64 --vocab-size 1000 --prompt-tokens 16 "
+        "--decode-tokens 8 --repeats 1 --json");
     ASSERT_EQ(result.exit_code, 0) << result.output;
     const nlohmann::json record = nlohmann::json::parse(result.output);
     EXPECT_GT(record.at("dqt").at("decode_tokens_per_second").get<double>(), 0.0);
@@ -468,20 +469,22 @@ TEST(Cli, BenchGenerateComparesWithLlamaCpp) {
 }
 
 // --keep keeps the random model's GGUF file for other engines to time, and --preset 2b gives
-// BitNet b1.58 2B4T's block shape (here shrunk by shape flags, which override it).
+// BitNet b1.58 2B4T's block shape and vocabulary size (here shrunk by shape flags, which
+// override it; the vocabulary is its own, 128,256 entries).
 TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
     TempDir root("cli-bench-keep");
-    const std::string tiny = "--dim 320 --layers 1 --ffn 256 --seq-len 64 --prompt-tokens 4 --decode-tokens 2 "
+    const std::string tiny = "--dim 160 --layers 1 --ffn 256 --seq-len 64 --prompt-tokens 4 --decode-tokens 2 "
                              "--repeats 1 --no-llama-cpp --json";
     const CommandResult kept = run_dqt("bench generate --preset 2b " + tiny + " --keep " + (root / "kept"));
     ASSERT_EQ(kept.exit_code, 0) << kept.output;
     const nlohmann::json record = nlohmann::json::parse(kept.output);
     ModelConfig shape;  // 2b's heads (20) and kv heads (5), the flags' sizes
-    shape.dim = 320;
+    shape.dim = 160;
     shape.n_layers = 1;
     shape.n_heads = 20;
     shape.n_kv_heads = 5;
     shape.ffn_dim = 256;
+    shape.vocab_size = 128256;
     shape.tie_embeddings = true;
     EXPECT_EQ(record.at("parameters").get<int64_t>(), shape.parameter_count());
     ASSERT_TRUE(std::filesystem::exists(root / "kept/model.gguf"));
