@@ -43,6 +43,7 @@ struct BenchGenerateArgs {
     std::string preset = "154m";  // its shape (bench_model_config)
     std::string keep_dir;         // where its GGUF file is kept; empty: a temporary folder
     std::string kv_cache = "f32";
+    std::string float_type = "f32";  // GGUF type of the random model's fp matrices (embedding, head)
     int prompt_tokens = 128;
     int decode_tokens = 64;
     int repeats = 3;
@@ -227,6 +228,11 @@ void add_bench_generate_command(CLI::App& bench) {
     command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");
     command->add_option("--llama-cpp-script", args->llamacpp_script, "tools/llamacpp/interop.mjs of this checkout");
     add_bench_preset_flag(*command, args->preset);
+    command->add_option("--float-type", args->float_type,
+                        "GGUF type of the random model's fp matrices (its embedding and head): f32, or f16 as BitNet "
+                        "b1.58 2B4T's GGUF has it (dqt then holds them in fp16 too)")
+        ->check(CLI::IsMember({"f32", "f16"}))
+        ->capture_default_str();
     command->add_option("--keep", args->keep_dir,
                         "write the random model's GGUF file to DIR/model.gguf and keep it, so other engines can time "
                         "the same file");
@@ -235,6 +241,8 @@ void add_bench_generate_command(CLI::App& bench) {
         set_num_threads(args->threads);
         require(args->keep_dir.empty() || args->model_path.empty(),
                 "--keep keeps the random model the bench makes; a model file given is kept already");
+        require(args->model_path.empty() || command->count("--float-type") == 0,
+                "--float-type sets the random model's GGUF type; a model file given has its own");
         const std::string kept = args->keep_dir.empty() ? "" : args->keep_dir + "/model.gguf";
         require(kept.empty() || !std::filesystem::exists(kept),
                 kept + " exists: remove it or give another --keep folder");
@@ -257,7 +265,9 @@ void add_bench_generate_command(CLI::App& bench) {
             random_model.initialize(1);
             if (!kept.empty()) std::filesystem::create_directories(args->keep_dir);
             gguf = kept.empty() ? folder + "/model.gguf" : kept;
-            export_gguf(random_model, *bench_tokenizer(config), GgufExportOptions{}, gguf);
+            GgufExportOptions options;
+            options.floats = args->float_type == "f16" ? GgufFloatFormat::f16 : GgufFloatFormat::f32;
+            export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
         std::unique_ptr<InferenceModel> built;
         {

@@ -12,10 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export/gguf_model.h"
+#include "infer/inference_model.h"
 #include "io/folder_lock.h"
 #include "model/config.h"
 #include "test_helpers.h"
 
+using namespace dqt;
 using namespace dqt::testing;
 using dqt::ModelConfig;
 
@@ -475,7 +478,7 @@ TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
     TempDir root("cli-bench-keep");
     const std::string tiny = "--dim 160 --layers 1 --ffn 256 --seq-len 64 --prompt-tokens 4 --decode-tokens 2 "
                              "--repeats 1 --no-llama-cpp --json";
-    const CommandResult kept = run_dqt("bench generate --preset 2b " + tiny + " --keep " + (root / "kept"));
+    const CommandResult kept = run_dqt("bench generate --preset 2b " + tiny + " --float-type f16 --keep " + (root / "kept"));
     ASSERT_EQ(kept.exit_code, 0) << kept.output;
     const nlohmann::json record = nlohmann::json::parse(kept.output);
     ModelConfig shape;  // 2b's heads (20) and kv heads (5), the flags' sizes
@@ -490,6 +493,11 @@ TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
     ASSERT_TRUE(std::filesystem::exists(root / "kept/model.gguf"));
     const CommandResult generated = run_dqt("generate " + (root / "kept/model.gguf") + " --prompt ab --tokens 3");
     EXPECT_EQ(generated.exit_code, 0) << generated.output;
+    // --float-type f16: the tied embedding is F16 in the file, and dqt holds it in fp16 too.
+    const InferenceModel model(*import_gguf(root / "kept/model.gguf").model);
+    EXPECT_EQ(model.head.format, LinearFormat::half);
+    expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --float-type f16 --no-llama-cpp"),
+                          "--float-type");
     expect_one_line_error(run_dqt("bench generate " + tiny + " --keep " + (root / "kept")), "exists");
     expect_one_line_error(run_dqt("bench generate --preset 7b " + tiny), "--preset");
     expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --keep " + (root / "k2")), "--keep");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/float16.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "data/dataset.h"
@@ -314,6 +315,75 @@ TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
     parameters.scale(wq) *= 2.0f;
     EXPECT_EQ(model.layers[0].wq.ternary.gamma, packed.gamma);
     EXPECT_EQ(InferenceModel(parameters).layers[0].wq.ternary.gamma, 0.5f * packed.gamma);
+}
+
+// A model whose fp32 weights are all fp16 exactly (one read from an F16 GGUF) is held in halves,
+// 2 bytes a weight. A prompt's logits are those of the same weights held in fp32, bit for bit (a
+// vocabulary of 150 rows is 3 of the blocks the halves are widened in, the last one short);
+// decoding's, from the fp16 product kernel, agree to float tolerance; both are the same on 1 and
+// 2 threads, bit for bit.
+TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    struct HalfCase {
+        const char* name;
+        MethodConfig method;
+        bool tied;
+    };
+    for (const HalfCase& c : {HalfCase{"fp", method_of(Method::fp, 1), false},
+                              HalfCase{"dqt 1.58", method_of(Method::dqt, 1), false},
+                              HalfCase{"dqt 1.58 tied", method_of(Method::dqt, 1), true}}) {
+        SCOPED_TRACE(c.name);
+        ModelConfig config = small_config(true, 2);
+        config.vocab_size = 150;
+        config.tie_embeddings = c.tied;
+        const int V = config.vocab_size, T = config.seq_len, prompt = 5;
+        ModelParameters parameters(config, c.method);
+        parameters.initialize(seed);
+        for (float& value : parameters.values) value = static_cast<float>(static_cast<Float16>(value));
+        const InferenceModel halves(parameters);                      // copies: fp16 where exact
+        const InferenceModel fp32(parameters, WeightSource::borrow);  // reads the fp32 values
+        EXPECT_EQ(halves.head.format, LinearFormat::half);
+        EXPECT_EQ(fp32.head.format, LinearFormat::dense);
+        EXPECT_EQ(halves.embedding.halves.size(), static_cast<size_t>(V) * config.dim);
+        EXPECT_EQ(halves.layers[1].w_down.format, c.method.kind == Method::fp ? LinearFormat::half : LinearFormat::ternary);
+        // Every fp32 linear and the embedding row a token reads shrink to half.
+        size_t fp32_linear_bytes = fp32.head.weight_bytes();
+        for (const InferenceLayer& layer : fp32.layers)
+            for (const InferenceLinear* linear :
+                 {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+                if (linear->format == LinearFormat::dense) fp32_linear_bytes += linear->weight_bytes();
+        EXPECT_EQ(fp32.weight_bytes_per_token() - halves.weight_bytes_per_token(),
+                  fp32_linear_bytes / 2 + config.dim * sizeof(Float16));
+        const std::vector<int32_t> tokens = random_tokens(seed, T, V);
+        auto run_all = [&](const InferenceModel& model) {
+            InferenceSession session(model, T);
+            const float* logits = session.run(tokens.data(), prompt, LogitRows::all);
+            std::pair<std::vector<float>, std::vector<float>> prompt_and_decode;
+            prompt_and_decode.first.assign(logits, logits + static_cast<size_t>(prompt) * V);
+            for (int t = prompt; t < T; ++t) {
+                logits = session.run(&tokens[t], 1, LogitRows::last);
+                prompt_and_decode.second.insert(prompt_and_decode.second.end(), logits, logits + V);
+            }
+            return prompt_and_decode;
+        };
+        std::pair<std::vector<float>, std::vector<float>> one_thread;
+        for (int threads : {1, 2}) {
+            SCOPED_TRACE(std::to_string(threads) + " threads");
+            std::pair<std::vector<float>, std::vector<float>> from_halves, from_fp32;
+            dqt::testing::with_threads(threads, [&] {
+                from_halves = run_all(halves);
+                from_fp32 = run_all(fp32);
+            });
+            EXPECT_EQ(from_halves.first, from_fp32.first);
+            expect_logits(from_halves.second.data(), from_fp32.second.data(), from_fp32.second.size(), false, "decode");
+            if (threads == 1) one_thread = from_halves;
+            EXPECT_EQ(from_halves, one_thread);
+        }
+        // One value off the fp16 grid keeps the tensor in fp32.
+        parameters.value(*parameters.tensors.output)[7] += 1e-6f;
+        EXPECT_EQ(InferenceModel(parameters).head.format, LinearFormat::dense);
+    }
 }
 
 TEST(Inference, RefusesTokensOutsideTheVocabularyAndSequencesBeyondTheContext) {

@@ -22,6 +22,8 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/float16_widen.h"
+#include "kernels/half_gemv.h"
 #include "kernels/reference.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -621,4 +623,67 @@ TEST(KernelVecmath, ExpMatchesStdExp) {
     EXPECT_GT(exp_f32(INFINITY), 1e38f);
     EXPECT_TRUE(std::isnan(exp_f32(NAN)));
     EXPECT_TRUE(std::isnan(exp_f32(-NAN)));
+}
+
+// fp16 <-> fp32 (kernels/float16_widen.h): the vector paths against the per-value references on
+// fresh random values, every length from 0 to 40 (whole vectors and tails). Narrowing says
+// exact only where every value is an fp16; one value off the grid (or a NaN) anywhere says not.
+TEST(KernelFloat16, WideningAndExactNarrowingMatchTheReferences) {
+    std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (size_t count = 0; count <= 40; ++count) {
+        std::vector<Float16> halves(count);
+        for (Float16& h : halves) h = static_cast<Float16>(normal(rng));
+        std::vector<float> fast(count), slow(count);
+        widen_f16(halves.data(), fast.data(), count);
+        widen_f16_reference(halves.data(), slow.data(), count);
+        EXPECT_EQ(fast, slow);
+        for (size_t i = 0; i < count; ++i) EXPECT_EQ(static_cast<float>(halves[i]), slow[i]);
+
+        std::vector<Float16> back(count), back_reference(count);
+        ASSERT_TRUE(narrow_f16_exactly(slow.data(), back.data(), count));
+        ASSERT_TRUE(narrow_f16_exactly_reference(slow.data(), back_reference.data(), count));
+        for (size_t i = 0; i < count; ++i) EXPECT_EQ(static_cast<float>(back[i]), slow[i]);
+        if (count == 0) continue;
+        for (const float off_grid : {1.0f + 1.0f / 4096, 70000.0f, NAN}) {  // between fp16s, beyond them, NaN
+            std::vector<float> inexact = slow;
+            inexact[count / 2] = off_grid;
+            EXPECT_FALSE(narrow_f16_exactly(inexact.data(), back.data(), count)) << count << " values, " << off_grid;
+            EXPECT_FALSE(narrow_f16_exactly_reference(inexact.data(), back.data(), count));
+        }
+    }
+}
+
+// The fp16 decode product (kernels/half_gemv.h) against its reference, bit for bit, on fresh
+// random rows: widths with and without a 16-element tail and an odd block count, row ranges
+// that leave rows outside the 4-row groups, and against a double-precision sum to tolerance.
+TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
+    std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const int cols : {16, 40, 48, 2560, 2567}) {
+        const int rows = 11;
+        std::vector<float> x(static_cast<size_t>(cols));
+        for (float& v : x) v = normal(rng);
+        std::vector<Float16> w(static_cast<size_t>(rows) * cols);
+        for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
+        for (const auto& [first, last] : {std::pair{0, rows}, std::pair{3, 10}, std::pair{5, 6}}) {
+            SCOPED_TRACE(std::to_string(cols) + " columns, rows " + std::to_string(first) + ".." + std::to_string(last));
+            std::vector<float> fast(static_cast<size_t>(rows), -1.0f), slow(static_cast<size_t>(rows), -1.0f);
+            half_gemv_rows(x.data(), w.data(), cols, fast.data(), first, last);
+            half_gemv_rows_reference(x.data(), w.data(), cols, slow.data(), first, last);
+            EXPECT_EQ(fast, slow);
+            for (int j = 0; j < rows; ++j) {
+                if (j < first || j >= last) {
+                    EXPECT_EQ(fast[j], -1.0f);  // rows outside the range are not written
+                    continue;
+                }
+                double exact = 0.0, magnitude = 0.0;
+                for (int k = 0; k < cols; ++k) {
+                    exact += static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]);
+                    magnitude += std::fabs(static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]));
+                }
+                EXPECT_NEAR(fast[j], exact, 1e-5 * magnitude);  // fp32 sums of 2,567 terms
+            }
+        }
+    }
 }

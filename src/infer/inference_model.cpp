@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/float16_widen.h"
 #include "model/weight_access.h"
 #include "quant/codes.h"
 
@@ -19,12 +20,27 @@ const float* fp32_values(const ModelParameters& source, const ParamTensor& tenso
     return owned.data();
 }
 
+// The tensor's values as fp16 where every one is an fp16 exactly and they are copied anyway;
+// empty otherwise.
+Array<Float16> exact_halves(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
+    if (weights == WeightSource::borrow) return {};
+    Array<Float16> halves(MemCategory::weights, tensor.count());
+    if (!narrow_f16_exactly(source.value(tensor), halves.data(), tensor.count())) return {};
+    return halves;
+}
+
 InferenceLinear make_linear(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
     InferenceLinear linear;
     linear.rows = tensor.rows;
     linear.cols = tensor.cols;
     if (!tensor.quantized()) {
-        linear.dense = fp32_values(source, tensor, weights, linear.owned_dense);
+        linear.owned_halves = exact_halves(source, tensor, weights);
+        if (linear.owned_halves.size() > 0) {
+            linear.format = LinearFormat::half;
+            linear.halves = linear.owned_halves.data();
+        } else {
+            linear.dense = fp32_values(source, tensor, weights, linear.owned_dense);
+        }
         return linear;
     }
     std::vector<int8_t> q(tensor.count());
@@ -45,7 +61,8 @@ InferenceEmbedding make_embedding(const ModelParameters& source, const ParamTens
     embedding.rows = tensor.rows;
     embedding.cols = tensor.cols;
     if (tensor.format == WeightFormat::f32) {
-        embedding.dense = fp32_values(source, tensor, weights, embedding.owned_dense);
+        embedding.halves = exact_halves(source, tensor, weights);
+        if (embedding.halves.size() == 0) embedding.dense = fp32_values(source, tensor, weights, embedding.owned_dense);
         return embedding;
     }
     embedding.codes = Array<int8_t>(MemCategory::weights, tensor.count());
@@ -60,6 +77,7 @@ InferenceEmbedding make_embedding(const ModelParameters& source, const ParamTens
 size_t InferenceLinear::weight_bytes() const {
     switch (format) {
         case LinearFormat::dense: return static_cast<size_t>(rows) * cols * sizeof(float);
+        case LinearFormat::half: return static_cast<size_t>(rows) * cols * sizeof(Float16);
         case LinearFormat::ternary: return ternary.packed.bytes();
         case LinearFormat::int8: return int8.values.bytes();
     }
@@ -73,6 +91,8 @@ void InferenceEmbedding::lookup(const int32_t* tokens, int count, float* out) co
         float* out_row = out + static_cast<size_t>(i) * cols;
         if (dense != nullptr) {
             std::memcpy(out_row, dense + row, static_cast<size_t>(cols) * sizeof(float));
+        } else if (halves.size() > 0) {
+            widen_f16(halves.data() + row, out_row, static_cast<size_t>(cols));
         } else {
             for (int j = 0; j < cols; ++j) out_row[j] = static_cast<float>(codes[row + j]) / code_scale;
         }
@@ -104,10 +124,14 @@ InferenceModel::InferenceModel(const ModelParameters& source, WeightSource fp32_
         layers.push_back(std::move(layer));
     }
     output_norm = norm(t.output_norm);
-    if (t.output == t.token_embd && embedding.dense != nullptr && !t.output->quantized()) {
-        head.rows = embedding.rows;  // tied fp32: the head reads the embedding table itself
+    if (t.output == t.token_embd && !t.output->quantized()) {
+        head.rows = embedding.rows;  // tied fp32 or fp16: the head reads the embedding table itself
         head.cols = embedding.cols;
         head.dense = embedding.dense;
+        if (embedding.dense == nullptr) {
+            head.format = LinearFormat::half;
+            head.halves = embedding.halves.data();
+        }
     } else {
         head = make_linear(source, *t.output, fp32_tensors);
     }
@@ -116,7 +140,8 @@ InferenceModel::InferenceModel(const ModelParameters& source, WeightSource fp32_
 size_t InferenceModel::weight_bytes_per_token() const {
     const size_t C = static_cast<size_t>(config.dim), F = static_cast<size_t>(config.ffn_dim);
     const size_t norm_floats_per_layer = 2 * C + (config.subln ? C + F : 0);
-    size_t bytes = static_cast<size_t>(embedding.cols) * (embedding.dense != nullptr ? sizeof(float) : 1);
+    const size_t embedding_element = embedding.dense != nullptr ? sizeof(float) : embedding.halves.size() > 0 ? 2 : 1;
+    size_t bytes = static_cast<size_t>(embedding.cols) * embedding_element;
     for (const InferenceLayer& layer : layers) {
         for (const InferenceLinear* linear :
              {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})

@@ -4,7 +4,11 @@
 // linear is held in the form its products run in:
 //   ternary: packed 2-bit codes for the ternary x int8 kernels (bitnet; dqt at 1.58 bits);
 //   int8:    int8 codes for the int8 x int8 kernels (dqt at 2..8 bits);
-//   dense:   fp32, products by gemm (fp models; the fp32 ends of quantized ones).
+//   dense:   fp32, products by gemm (fp models; the fp32 ends of quantized ones);
+//   half:    the same where every value is an fp16 exactly (a model read from an F16 GGUF, as
+//            BitNet b1.58 2B4T's embedding is): 2 bytes a weight; a prompt's products widen a
+//            block of rows at a time into the dense format's gemm (its logits bit for bit),
+//            decode's run kernels/half_gemv.h (another summation order: float tolerance).
 // A quantized linear is W = q * weight_scale with q and weight_scale taken from
 // model/weight_access.h, the integers the training forward multiplies. Nothing is kept for
 // a backward pass, and nothing here changes when the source's weights change afterwards:
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float16.h"
 #include "core/memory.h"
 #include "kernels/int8_matmul.h"
 #include "kernels/ternary_matmul.h"
@@ -20,26 +25,30 @@
 
 namespace dqt {
 
-enum class LinearFormat { dense, ternary, int8 };
+enum class LinearFormat { dense, half, ternary, int8 };
 
 struct InferenceLinear {
     LinearFormat format = LinearFormat::dense;
     int rows = 0, cols = 0;         // (out_features, in_features)
     const float* dense = nullptr;   // (rows, cols) fp32, format dense: owned_dense, or the source's values
     Array<float> owned_dense;
+    const Float16* halves = nullptr;  // (rows, cols), format half: owned_halves, or the tied embedding's
+    Array<Float16> owned_halves;
     TernaryMatrix ternary;          // format ternary
     Int8Matrix int8;                // format int8
 
-    bool quantized() const { return format != LinearFormat::dense; }
+    bool quantized() const { return format == LinearFormat::ternary || format == LinearFormat::int8; }
     size_t weight_bytes() const;    // what one product reads
 };
 
-// The token embedding: fp32 rows, or (quantized embedding) int8 codes with x = q / code_scale,
-// the training forward's reading (model/weight_access.h).
+// The token embedding: fp32 rows, fp16 ones where every value is an fp16 exactly (as for a
+// linear), or (quantized embedding) int8 codes with x = q / code_scale, the training forward's
+// reading (model/weight_access.h).
 struct InferenceEmbedding {
     int rows = 0, cols = 0;         // (vocab, dim)
     const float* dense = nullptr;   // (rows, cols) when fp32: owned_dense or the source's values
     Array<float> owned_dense;
+    Array<Float16> halves;          // (rows, cols) when fp16 (then dense is null)
     Array<int8_t> codes;            // (rows, cols) when quantized
     float code_scale = 0.0f;
 

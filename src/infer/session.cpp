@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "kernels/attention.h"
+#include "kernels/float16_widen.h"
 #include "kernels/gemm.h"
+#include "kernels/half_gemv.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -156,18 +158,43 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
         case LinearFormat::int8:
             int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;
-        case LinearFormat::dense: {
-            // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this
-            // thread. A batch's rows one at a time: a gemm of 1 row rounds as one sequence's
-            // decode does, whatever else is in the batch.
-            const int step = one_row_products_ ? 1 : n;
-            for (int r = 0; r < n; r += step) {
-                gemm(false, true, step, last_row - first_row, w.cols, 1.0f, input.rows + static_cast<size_t>(r) * w.cols,
-                     w.cols, w.dense + static_cast<size_t>(first_row) * w.cols, w.cols, 0.0f,
-                     out + static_cast<size_t>(r) * w.rows + first_row, w.rows);
+        case LinearFormat::dense:
+            multiply_dense(w.dense + static_cast<size_t>(first_row) * w.cols, w, input.rows, out, n, first_row, last_row);
+            return;
+        case LinearFormat::half: {
+            // Decode (and a batch, a row at a time): the weights straight from memory, widened
+            // in registers.
+            if (n == 1 || one_row_products_) {
+                for (int r = 0; r < n; ++r)
+                    half_gemv_rows(input.rows + static_cast<size_t>(r) * w.cols, w.halves, w.cols,
+                                   out + static_cast<size_t>(r) * w.rows, first_row, last_row);
+                return;
+            }
+            // A prompt's rows: widened kHalfBlockRows rows at a time into this thread's copy,
+            // which stays in its cache for the dense format's gemm (the fp32 weights' products).
+            thread_local Array<float> widened;
+            const size_t block_floats = static_cast<size_t>(kHalfBlockRows) * w.cols;
+            if (widened.size() < block_floats) widened = Array<float>(MemCategory::scratch, block_floats);
+            for (int block = first_row; block < last_row; block += kHalfBlockRows) {
+                const int block_end = std::min(block + kHalfBlockRows, last_row);
+                widen_f16(w.halves + static_cast<size_t>(block) * w.cols, widened.data(),
+                          static_cast<size_t>(block_end - block) * w.cols);
+                multiply_dense(widened.data(), w, input.rows, out, n, block, block_end);
             }
             return;
         }
+    }
+}
+
+void InferenceSession::multiply_dense(const float* weight_rows, const InferenceLinear& w, const float* input, float* out,
+                                      int n, int first_row, int last_row) const {
+    // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this thread. A
+    // batch's rows one at a time: a gemm of 1 row rounds as one sequence's decode does, whatever
+    // else is in the batch.
+    const int step = one_row_products_ ? 1 : n;
+    for (int r = 0; r < n; r += step) {
+        gemm(false, true, step, last_row - first_row, w.cols, 1.0f, input + static_cast<size_t>(r) * w.cols, w.cols,
+             weight_rows, w.cols, 0.0f, out + static_cast<size_t>(r) * w.rows + first_row, w.rows);
     }
 }
 
@@ -316,7 +343,13 @@ void InferenceSession::run_head(const float* x, int n) {
     const ModelConfig& c = model_.config;
     const InferenceLinear& head = model_.head;
     rmsnorm_forward(normed_.data(), rstd_.data(), x, model_.output_norm, n, c.dim, c.norm_eps);
-    if (!head.quantized()) {
+    if (head.format == LinearFormat::half) {
+        const ProductInput input{normed_.data(), nullptr};
+#pragma omp parallel
+        multiply_share({{&head, logits_.data()}}, input, n, omp_get_thread_num(), omp_get_num_threads());
+        return;
+    }
+    if (head.format == LinearFormat::dense) {
         const int step = one_row_products_ ? 1 : n;  // as multiply()'s dense products
         for (int r = 0; r < n; r += step) {
             linear_forward(logits_.data() + static_cast<size_t>(r) * head.rows,

@@ -129,6 +129,11 @@ private:
     // Rows [first_row, last_row) of w times the input, into those columns of out (n, w.rows).
     void multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n, int first_row,
                   int last_row) const;
+    // multiply() of a dense or half w, whose rows [first_row, last_row) are weight_rows in fp32.
+    void multiply_dense(const float* weight_rows, const InferenceLinear& w, const float* input, float* out, int n,
+                        int first_row, int last_row) const;
+    // Rows a half linear widens at a time: 64 x 2,560 floats (a 2B model's head) are 640 KiB.
+    static constexpr int kHalfBlockRows = 64;
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
     void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n, int thread,
                         int threads) const;

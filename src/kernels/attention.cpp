@@ -1,6 +1,5 @@
 #include "kernels/attention.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "kernels/float16_widen.h"
 #include "kernels/vecmath.h"
 
 namespace dqt {
@@ -389,28 +389,6 @@ __attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float
     decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
 
-// out[0, count) = in[0, count) widened from fp16 (exact), 16 at a time where the CPU has
-// AVX-512 or F16C: GCC 12 does not vectorise Float16 conversions by itself.
-__attribute__((target("avx512f"))) void widen_f16_avx512(const Float16* in, float* out, size_t count) {
-    size_t i = 0;
-    for (; i + 16 <= count; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
-    for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
-}
-
-__attribute__((target("avx,f16c"))) void widen_f16_f16c(const Float16* in, float* out, size_t count) {
-    size_t i = 0;
-    for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-    for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
-}
-
-// F16C is CPUID leaf 1, ECX bit 29, read directly: clang 14's __builtin_cpu_supports lacks the name.
-bool cpu_has_f16c() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
-
 // Whether decode_head_f16_v4 may run. Clang 14 lacks the level's name: its features instead.
 bool cpu_is_x86_64_v4() {
 #if defined(__clang__)
@@ -421,17 +399,6 @@ bool cpu_is_x86_64_v4() {
 #else
     return __builtin_cpu_supports("x86-64-v4");
 #endif
-}
-
-void widen_f16(const Float16* in, float* out, size_t count) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f"), f16c = cpu_has_f16c();
-    if (avx512) {
-        widen_f16_avx512(in, out, count);
-    } else if (f16c) {
-        widen_f16_f16c(in, out, count);
-    } else {
-        for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
-    }
 }
 
 // Checked with if, not require(): decode calls this per layer and token.
