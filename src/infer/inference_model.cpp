@@ -1,6 +1,8 @@
 #include "infer/inference_model.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "core/error.h"
 #include "kernels/float16_widen.h"
@@ -24,8 +26,12 @@ const float* fp32_values(const ModelParameters& source, const ParamTensor& tenso
 // empty otherwise.
 Array<Float16> exact_halves(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
     if (weights == WeightSource::borrow) return {};
+    const float* values = source.value(tensor);
+    // Trained fp32 weights fail within their first values: try those before allocating.
+    Float16 probe[256];
+    if (!narrow_f16_exactly(values, probe, std::min<size_t>(std::size(probe), tensor.count()))) return {};
     Array<Float16> halves(MemCategory::weights, tensor.count());
-    if (!narrow_f16_exactly(source.value(tensor), halves.data(), tensor.count())) return {};
+    if (!narrow_f16_exactly(values, halves.data(), tensor.count())) return {};
     return halves;
 }
 
