@@ -15,6 +15,7 @@
 #include "model_files.h"
 #include "core/cpu_cache.h"
 #include "core/error.h"
+#include "core/float16.h"
 #include "core/parallel.h"
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
@@ -30,6 +31,7 @@ struct BenchServeArgs {
     std::string config_path;
     std::string bits = "1.58";
     std::string preset = "154m";
+    std::string float_type = "f32";  // of the random model's fp matrices (embedding, head)
     std::vector<int> streams = {1, 2, 4, 8};
     int prompt_tokens = 16;
     int decode_tokens = 64;
@@ -88,9 +90,16 @@ void add_bench_serve_command(CLI::App& bench) {
     command->add_option("--repeats", args->repeats, "best of this many runs")->check(positive_whole_number())->capture_default_str();
     command->add_option("--threads", args->threads, "compute threads")->check(positive_whole_number())->capture_default_str();
     add_bench_preset_flag(*command, args->preset);
+    command->add_option("--float-type", args->float_type,
+                        "the random model's fp matrices (its embedding and head): f32, or f16 (rounded to fp16, as an "
+                        "F16 GGUF such as BitNet b1.58 2B4T's gives them; inference then holds them in fp16)")
+        ->check(CLI::IsMember({"f32", "f16"}))
+        ->capture_default_str();
     command->add_flag("--json", args->json, "print one JSON object");
     command->callback([command, args] {
         set_num_threads(args->threads);
+        require(args->model_path.empty() || command->count("--float-type") == 0,
+                "--float-type sets the random model's fp matrices; a model file given has its own");
         std::unique_ptr<ModelParameters> parameters;
         std::unique_ptr<Tokenizer> tokenizer;
         if (args->model_path.empty()) {
@@ -101,6 +110,8 @@ void add_bench_serve_command(CLI::App& bench) {
                 resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset)),
                 method);
             parameters->initialize(1);
+            if (args->float_type == "f16")
+                for (float& value : parameters->values) value = static_cast<float>(static_cast<Float16>(value));
             tokenizer = bench_tokenizer(parameters->config);
         } else {
             ModelFile loaded = load_model_file(args->model_path);

@@ -321,7 +321,7 @@ TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
 // 2 bytes a weight. A prompt's logits are those of the same weights held in fp32, bit for bit (a
 // vocabulary of 150 rows is 3 of the blocks the halves are widened in, the last one short);
 // decoding's, from the fp16 product kernel, agree to float tolerance; both are the same on 1 and
-// 2 threads, bit for bit.
+// 2 threads, bit for bit, and a batch of decodes gives each its own decode's logits.
 TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
@@ -380,6 +380,22 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
             if (threads == 1) one_thread = from_halves;
             EXPECT_EQ(from_halves, one_thread);
         }
+        // A batch of three decodes gives each the logits of its own decode, bit for bit.
+        std::vector<std::unique_ptr<InferenceSession>> batched, alone;
+        for (int s = 0; s < 3; ++s) {
+            batched.push_back(std::make_unique<InferenceSession>(halves, T));
+            alone.push_back(std::make_unique<InferenceSession>(halves, T));
+            batched.back()->run(tokens.data() + s, prompt, LogitRows::last);
+            alone.back()->run(tokens.data() + s, prompt, LogitRows::last);
+        }
+        std::vector<InferenceSession*> sessions;
+        for (auto& session : batched) sessions.push_back(session.get());
+        const int32_t next[3] = {tokens[prompt], tokens[prompt + 1], tokens[prompt + 2]};
+        const float* batch_logits = InferenceSession::run_batch(sessions, next);
+        const std::vector<float> got(batch_logits, batch_logits + 3 * static_cast<size_t>(V));
+        for (int s = 0; s < 3; ++s)
+            expect_logits(&got[static_cast<size_t>(s) * V], alone[s]->run(&next[s], 1, LogitRows::last), V, true,
+                          "batched sequence " + std::to_string(s));
         // One value off the fp16 grid keeps the tensor in fp32.
         parameters.value(*parameters.tensors.output)[7] += 1e-6f;
         EXPECT_EQ(InferenceModel(parameters).head.format, LinearFormat::dense);

@@ -687,3 +687,31 @@ TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
         }
     }
 }
+
+// The batched fp16 product gives every activation row the single-row kernel's result bit for
+// bit (and so the reference's), for 1 to 19 rows (groups of 8 and the remainders), into a
+// wider output whose other columns it leaves alone.
+TEST(KernelHalfGemv, BatchedRowsEachGetTheSingleRowResultBitForBit) {
+    std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int cols = 2567, weight_rows = 9, stride = 12, first = 2, last = 9;
+    std::vector<Float16> w(static_cast<size_t>(weight_rows) * cols);
+    for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
+    for (const int n : {1, 2, 7, 8, 9, 19}) {
+        SCOPED_TRACE(std::to_string(n) + " activation rows");
+        std::vector<float> x(static_cast<size_t>(n) * cols);
+        for (float& v : x) v = normal(rng);
+        std::vector<float> batched(static_cast<size_t>(n) * stride, -1.0f), single(batched.size(), -1.0f),
+            reference(batched.size(), -1.0f);
+        half_gemm_rows(x.data(), n, w.data(), cols, batched.data(), stride, first, last);
+        for (int i = 0; i < n; ++i) {
+            const float* xi = x.data() + static_cast<size_t>(i) * cols;
+            half_gemv_rows(xi, w.data(), cols, single.data() + static_cast<size_t>(i) * stride, first, last);
+            half_gemv_rows_reference(xi, w.data(), cols, reference.data() + static_cast<size_t>(i) * stride, first, last);
+        }
+        EXPECT_EQ(batched, single);
+        EXPECT_EQ(batched, reference);
+        EXPECT_EQ(batched[0], -1.0f);                // column 0 is outside the rows asked for
+        EXPECT_EQ(batched[stride - 1], -1.0f);       // and so is every column past the weight rows
+    }
+}

@@ -162,12 +162,14 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
             multiply_dense(w.dense + static_cast<size_t>(first_row) * w.cols, w, input.rows, out, n, first_row, last_row);
             return;
         case LinearFormat::half: {
-            // Decode (and a batch, a row at a time): the weights straight from memory, widened
-            // in registers.
-            if (n == 1 || one_row_products_) {
-                for (int r = 0; r < n; ++r)
-                    half_gemv_rows(input.rows + static_cast<size_t>(r) * w.cols, w.halves, w.cols,
-                                   out + static_cast<size_t>(r) * w.rows, first_row, last_row);
+            // Decode: the weights straight from memory, widened in registers. A batch of decodes
+            // reads each weight row once for all its rows, each row's sum in decode's order.
+            if (n == 1) {
+                half_gemv_rows(input.rows, w.halves, w.cols, out, first_row, last_row);
+                return;
+            }
+            if (one_row_products_) {
+                half_gemm_rows(input.rows, n, w.halves, w.cols, out, w.rows, first_row, last_row);
                 return;
             }
             // A prompt's rows: widened kHalfBlockRows rows at a time into this thread's copy,

@@ -77,8 +77,9 @@ public:
     // all of them (the products take one activation row per sequence). Returns the next-token
     // logits (n, V), row i for sessions[i], valid until sessions[0]'s next run, whose scratch
     // the step uses. Each row's logits are those of sessions[i]->run(&tokens[i], 1), bit for
-    // bit (test): integer products are exact, and dense ones (fp weights, an fp head) run a
-    // row at a time, as a single decode does, so they round alike whatever shares the batch. dqt::Error (nothing changed) for a session listed twice, a full one, one
+    // bit (test): integer products are exact, dense ones (fp32 weights, an fp32 head) run a
+    // row at a time, as a single decode does, and fp16 ones keep decode's order for every row,
+    // so they round alike whatever shares the batch. dqt::Error (nothing changed) for a session listed twice, a full one, one
     // longer than sessions[0], or a token outside the vocabulary.
     static const float* run_batch(std::span<InferenceSession* const> sessions, const int32_t* tokens);
 

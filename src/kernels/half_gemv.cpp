@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -64,6 +65,62 @@ __attribute__((target("avx512f"))) void half_gemv_rows_avx512(const float* x, co
     if (row < last_row) half_gemv_rows_reference(x, weights, cols, out, row, last_row);
 }
 
+// M activation rows (x_stride apart) times one weight row: 2M FMA chains on each weight block,
+// which is loaded and widened once.
+template <int M>
+__attribute__((target("avx512f"))) void rows_times_weight_row(const float* x, int x_stride, const Float16* w,
+                                                              int cols, float* out, int out_stride) {
+    const int blocks = cols / kLanes, whole = blocks * kLanes;
+    __m512 even[M], odd[M];
+    for (int a = 0; a < M; ++a) {
+        even[a] = _mm512_setzero_ps();
+        odd[a] = _mm512_setzero_ps();
+    }
+    int b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const __m512 w0 = load_half_lanes(w + b * kLanes), w1 = load_half_lanes(w + (b + 1) * kLanes);
+        for (int a = 0; a < M; ++a) {
+            const float* xa = x + static_cast<size_t>(a) * x_stride;
+            even[a] = _mm512_fmadd_ps(_mm512_loadu_ps(xa + b * kLanes), w0, even[a]);
+            odd[a] = _mm512_fmadd_ps(_mm512_loadu_ps(xa + (b + 1) * kLanes), w1, odd[a]);
+        }
+    }
+    if (b < blocks) {
+        const __m512 w0 = load_half_lanes(w + b * kLanes);
+        for (int a = 0; a < M; ++a)
+            even[a] = _mm512_fmadd_ps(_mm512_loadu_ps(x + static_cast<size_t>(a) * x_stride + b * kLanes), w0, even[a]);
+    }
+    for (int a = 0; a < M; ++a) {
+        const float* xa = x + static_cast<size_t>(a) * x_stride;
+        float total = sum_lanes(_mm512_add_ps(even[a], odd[a]));
+        for (int k = whole; k < cols; ++k) total = std::fma(xa[k], static_cast<float>(w[k]), total);
+        out[static_cast<size_t>(a) * out_stride] = total;
+    }
+}
+
+constexpr int kBatchRowsAtOnce = 8;  // 16 accumulators
+
+__attribute__((target("avx512f"))) void half_gemm_rows_avx512(const float* x, int n, const Float16* weights, int cols,
+                                                              float* out, int out_stride, int first_row, int last_row) {
+    for (int row = first_row; row < last_row; ++row) {
+        const Float16* w = weights + static_cast<size_t>(row) * cols;
+        for (int i = 0; i < n; i += kBatchRowsAtOnce) {
+            const float* xi = x + static_cast<size_t>(i) * cols;
+            float* oi = out + static_cast<size_t>(i) * out_stride + row;
+            switch (std::min(kBatchRowsAtOnce, n - i)) {
+                case 1: rows_times_weight_row<1>(xi, cols, w, cols, oi, out_stride); break;
+                case 2: rows_times_weight_row<2>(xi, cols, w, cols, oi, out_stride); break;
+                case 3: rows_times_weight_row<3>(xi, cols, w, cols, oi, out_stride); break;
+                case 4: rows_times_weight_row<4>(xi, cols, w, cols, oi, out_stride); break;
+                case 5: rows_times_weight_row<5>(xi, cols, w, cols, oi, out_stride); break;
+                case 6: rows_times_weight_row<6>(xi, cols, w, cols, oi, out_stride); break;
+                case 7: rows_times_weight_row<7>(xi, cols, w, cols, oi, out_stride); break;
+                default: rows_times_weight_row<8>(xi, cols, w, cols, oi, out_stride); break;
+            }
+        }
+    }
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -85,6 +142,18 @@ void half_gemv_rows_reference(const float* x, const Float16* weights, int cols, 
         for (int k = whole; k < cols; ++k) total = std::fma(x[k], static_cast<float>(w[k]), total);
         out[row] = total;
     }
+}
+
+void half_gemm_rows(const float* x, int n, const Float16* weights, int cols, float* out, int out_stride, int first_row,
+                    int last_row) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    if (avx512) {
+        half_gemm_rows_avx512(x, n, weights, cols, out, out_stride, first_row, last_row);
+        return;
+    }
+    for (int i = 0; i < n; ++i)
+        half_gemv_rows_reference(x + static_cast<size_t>(i) * cols, weights, cols, out + static_cast<size_t>(i) * out_stride,
+                                 first_row, last_row);
 }
 
 void half_gemv_rows(const float* x, const Float16* weights, int cols, float* out, int first_row, int last_row) {

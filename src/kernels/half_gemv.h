@@ -1,5 +1,5 @@
 #pragma once
-// One activation row times fp16 weight rows, accumulated in fp32: the decode product of a
+// Activation rows times fp16 weight rows, accumulated in fp32: the decode product of a
 // matrix held in fp16 (infer/inference_model.h: a 2B model's 128,256-row head). The weights are
 // read once, straight from memory, 2 bytes each, and widened in registers, so the product runs
 // at the memory's speed where widening a block into a cache-resident copy and calling gemm
@@ -16,6 +16,12 @@ namespace dqt {
 // out[j] = sum_k x[k] * weights[j * cols + k] for rows j in [first_row, last_row).
 //   x (cols) fp32; weights (rows, cols) fp16 row-major; out indexed by row.
 void half_gemv_rows(const float* x, const Float16* weights, int cols, float* out, int first_row, int last_row);
+
+// Several activation rows against the same weight rows, each weight row read once for all of
+// them (a batch of decodes): out[i * out_stride + j] for x rows i in [0, n), x's rows cols
+// apart. Every output is half_gemv_rows' for that activation row, bit for bit: the same order.
+void half_gemm_rows(const float* x, int n, const Float16* weights, int cols, float* out, int out_stride, int first_row,
+                    int last_row);
 
 // The same order in plain C++ (std::fma): the slow reference, equal bit for bit.
 void half_gemv_rows_reference(const float* x, const Float16* weights, int cols, float* out, int first_row,
