@@ -269,12 +269,7 @@ void add_bench_generate_command(CLI::App& bench) {
             options.floats = args->float_type == "f16" ? GgufFloatFormat::f16 : GgufFloatFormat::f32;
             export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
-        std::unique_ptr<InferenceModel> built;
-        {
-            const ImportedGguf imported = import_gguf(gguf);
-            built = std::make_unique<InferenceModel>(*imported.model);
-        }
-        const InferenceModel& model = *built;
+        const InferenceModel model(*open_gguf(gguf).tensors);
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));

@@ -46,7 +46,14 @@ void add_eval_command(CLI::App& app) {
     command->callback([args] {
         set_num_threads(args->threads);
         require(args->tokens > 0, "--eval-tokens must be positive");
-        ModelFile loaded = load_model_file(args->checkpoint);
+        ModelFile file;  // --ternary converts its parameters
+        InferenceFile loaded;
+        if (args->ternary) {
+            file = load_model_file(args->checkpoint);
+            loaded = inference_file_from(file);
+        } else {
+            loaded = load_inference_file(args->checkpoint);
+        }
         const std::string data_dir = args->data.empty() ? loaded.data_dir : args->data;
         require(!data_dir.empty(), args->checkpoint + " names no dataset: pass --data DIR");
         const Dataset data = open_dataset(data_dir);
@@ -54,12 +61,10 @@ void add_eval_command(CLI::App& app) {
                 "dataset " + data_dir + " uses a different tokenizer than " + args->checkpoint +
                     ": its loss would be meaningless (pass the dataset the model was trained on)");
         const int window = loaded.model->config.seq_len;
-        std::unique_ptr<InferenceModel> model = std::make_unique<InferenceModel>(*loaded.model);
-        const std::string method = loaded.model->method.label();
-        if (!args->ternary) loaded.model.reset();  // the inference model holds what evaluation reads
-        const EvalResult result = evaluate(*model, data.val, window, args->tokens);
-        const std::string kernels = model->kernels_label();
-        model.reset();
+        const std::string method = loaded.model->method_label;
+        const EvalResult result = evaluate(*loaded.model, data.val, window, args->tokens);
+        const std::string kernels = loaded.model->kernels_label();
+        loaded.model.reset();
         nlohmann::json record = {{"checkpoint", args->checkpoint},
                                  {"step", loaded.step},
                                  {"method", method},
@@ -71,7 +76,7 @@ void add_eval_command(CLI::App& app) {
                            "): " + loss_text(result);
         if (args->ternary) {
             for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
-                const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*loaded.model, rule);
+                const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*file.model, rule);
                 const InferenceModel ternary_model(*ternary);
                 const EvalResult ternary_result = evaluate(ternary_model, data.val, window, args->tokens);
                 // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.

@@ -48,13 +48,15 @@ void add_generate_command(CLI::App& app) {
     command->callback([args] {
         args->sampling.validate();
         set_num_threads(args->threads);
-        ModelFile loaded = load_model_file(args->checkpoint);
-        std::unique_ptr<ModelParameters> ternary;
-        if (args->ternary) ternary = convert_to_ternary(*loaded.model, parse_ternary_rule(args->ternary_rule));
-        const InferenceModel model(ternary ? *ternary : *loaded.model);
-        // The inference model holds what generation reads: one copy of the weights, not two.
-        ternary.reset();
-        loaded.model.reset();
+        InferenceFile loaded;
+        if (args->ternary) {
+            ModelFile file = load_model_file(args->checkpoint);
+            file.model = convert_to_ternary(*file.model, parse_ternary_rule(args->ternary_rule));
+            loaded = inference_file_from(file);
+        } else {
+            loaded = load_inference_file(args->checkpoint);
+        }
+        const InferenceModel& model = *loaded.model;
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, loaded.special, args->prompt, args->tokens, args->sampling,
                           parse_kv_cache_type(args->kv_cache),

@@ -64,9 +64,8 @@ void add_serve_command(CLI::App& app) {
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);
         set_num_threads(args->threads);
         args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
-        ModelFile loaded = load_model_file(args->model);
-        const InferenceModel model(*loaded.model);
-        loaded.model.reset();  // the inference model holds the one copy of the weights
+        const InferenceFile loaded = load_inference_file(args->model);
+        const InferenceModel& model = *loaded.model;
         Engine engine(model, *loaded.tokenizer, args->engine);
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;
         ApiServer server(engine, *loaded.tokenizer, loaded.special, name);

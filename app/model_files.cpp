@@ -20,7 +20,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
                                                    "`dqt data`, a checkpoint or a GGUF file");
         return load_tokenizer_file(file);
     }
-    if (is_gguf_file(path)) return import_gguf(path).tokenizer;
+    if (is_gguf_file(path)) return open_gguf(path).tokenizer;
     return read_checkpoint_run(path).tokenizer;
 }
 
@@ -37,6 +37,21 @@ ModelFile load_model_file(const std::string& path) {
     LoadedModel loaded = load_model_checkpoint(path);
     return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step,
             loaded.options.special_tokens};
+}
+
+InferenceFile load_inference_file(const std::string& path) {
+    if (is_gguf_file(path)) {
+        OpenedGguf opened = open_gguf(path);
+        return {std::make_unique<InferenceModel>(*opened.tensors), std::move(opened.tokenizer), opened.data_dir, 0,
+                std::move(opened.special)};
+    }
+    ModelFile file = load_model_file(path);
+    return inference_file_from(file);
+}
+
+InferenceFile inference_file_from(ModelFile& file) {
+    return {std::make_unique<InferenceModel>(*file.model), std::move(file.tokenizer), file.data_dir, file.step,
+            std::move(file.special)};
 }
 
 }  // namespace dqt::cli

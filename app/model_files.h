@@ -1,11 +1,12 @@
 #pragma once
-// The model file a command is given: a training checkpoint (train/) or a GGUF file that
-// `dqt export` wrote (export/). Only app/ sees both folders, so the choice is made here.
+// The model file a command is given: a training checkpoint (train/), a GGUF file (export/) or a
+// Hugging Face folder. Only app/ sees all those folders, so the choice is made here.
 #include <memory>
 #include <string>
 
 #include "data/special_tokens.h"
 #include "data/tokenizer.h"
+#include "infer/inference_model.h"
 #include "model/parameters.h"
 
 namespace dqt::cli {
@@ -21,6 +22,21 @@ struct ModelFile {
 // A Hugging Face folder (config.json inside: export/hf_import.h), a GGUF file by its magic
 // bytes, anything else as a checkpoint.
 ModelFile load_model_file(const std::string& path);
+
+// A model file as inference runs it (generate, eval, serve). A GGUF file is read tensor by tensor
+// straight into the inference model, the one copy of its weights a load makes; a checkpoint or a
+// Hugging Face folder goes through ModelParameters, freed once the inference model is built.
+struct InferenceFile {
+    std::unique_ptr<InferenceModel> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string data_dir;
+    int step = 0;
+    SpecialTokens special;
+};
+InferenceFile load_inference_file(const std::string& path);
+// The inference model of file.model, with the file's tokenizer and the rest moved over; file.model
+// stays (to convert it further), the caller frees it when done.
+InferenceFile inference_file_from(ModelFile& file);
 
 // The tokenizer of a dataset folder (its tokenizer.bin), a checkpoint (read without its
 // tensors), or a Hugging Face folder or GGUF file (read whole).

@@ -14,6 +14,7 @@
 #include "data/byte_level_bpe.h"
 #include "data/tokenizer.h"
 #include "export/gguf_model.h"
+#include "infer/inference_model.h"
 #include "export/hf_export.h"
 #include "export/hf_import.h"
 #include "io/atomic_file.h"
@@ -201,6 +202,9 @@ Outcome read_gguf(const std::string& path) {
             const ImportedGguf imported = import_gguf(path);
             imported.model->config.validate();
             exercise(*imported.tokenizer);
+            // The inference load reads the same file its own way: tensor by tensor, TQ2_0 codes
+            // straight into the kernels' layout.
+            const InferenceModel model(*open_gguf(path).tensors);
         },
         path);
 }

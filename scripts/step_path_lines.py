@@ -18,7 +18,7 @@ import sys
 
 # The step's functions common to every version: (file, the text a definition starts with).
 FORWARD_BACKWARD = [
-    ("src/train/trainer.cpp", "    StepOutcome run_step(Activations& acts, int step) {"),
+    ("src/train/trainer.cpp", "    StepOutcome run_step("),
     ("src/optim/schedule.cpp", "float LrSchedule::at("),
     ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run("),
     ("src/data/batch.cpp", "void sample_sequences("),

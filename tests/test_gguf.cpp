@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "data/chat_template.h"
 #include "export/gguf_model.h"
+#include "infer/inference_model.h"
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
 #include "kernels/ternary_matmul.h"
@@ -28,6 +29,9 @@
 
 using namespace dqt;
 using dqt::testing::TempDir;
+using dqt::testing::expect_same_inference_model;
+using dqt::testing::inference_load_peak;
+using dqt::testing::LoadPeak;
 
 namespace {
 
@@ -467,7 +471,8 @@ namespace {
 
 // A copy of the GGUF file at `from`, metadata and tensors, with `edit` applied before writing
 // (the keys the writer writes itself are left to it).
-void copy_gguf_with(const std::string& from, const std::string& to, const std::function<void(GgufWriter&)>& edit) {
+void copy_gguf_with(const std::string& from, const std::string& to, const std::function<void(GgufWriter&)>& edit,
+                    const std::function<void(const std::string&, std::vector<uint8_t>&)>& edit_tensor = {}) {
     const GgufReader reader(from);
     GgufWriter out;
     for (const auto& [key, value] : reader.metadata()) {
@@ -494,7 +499,11 @@ void copy_gguf_with(const std::string& from, const std::string& to, const std::f
             default: FAIL() << "a value type dqt does not write, in " << key;
         }
     }
-    for (const GgufReader::TensorInfo& info : reader.tensors()) out.add_tensor({info.name, info.ne, info.type, reader.read(info)});
+    for (const GgufReader::TensorInfo& info : reader.tensors()) {
+        std::vector<uint8_t> data = reader.read(info);
+        if (edit_tensor) edit_tensor(info.name, data);
+        out.add_tensor({info.name, info.ne, info.type, std::move(data)});
+    }
     edit(out);
     out.write(to);
 }
@@ -549,3 +558,103 @@ TEST(GgufModel, UnexportableModelsAndForeignFilesAreRefused) {
     small_file().write(path);  // a GGUF without dqt's keys
     EXPECT_THROW(import_gguf(path), Error);
 }
+
+// `dqt generate`, `eval` and `serve` read a GGUF file tensor by tensor straight into the
+// inference model (TQ2_0 codes copied as they are: the ternary kernels' layout). It is the model
+// the path through ModelParameters builds, byte for byte, and the load never holds a second copy
+// of the weights: beyond the model it leaves, it adds at most one tensor at its peak.
+TEST(GgufModel, TheInferenceLoadBuildsTheSameModelWithoutASecondCopy) {
+    TempDir dir("gguf-inference-load");
+    const auto tokenizer = make_byte_tokenizer();
+    MethodConfig quantized_tables = dqt_bits(1);
+    quantized_tables.quantize_embedding = quantized_tables.quantize_head = true;
+    struct Case {
+        const char* what;
+        ModelConfig config;
+        MethodConfig method;
+        GgufTernaryFormat ternary;
+        GgufFloatFormat floats;
+    };
+    const Case cases[] = {
+        {"fp, bitnet graph", export_config(true, true, 512), MethodConfig{}, GgufTernaryFormat::tq2_0, GgufFloatFormat::f32},
+        {"fp, F16", export_config(true, true, 512), MethodConfig{}, GgufTernaryFormat::tq2_0, GgufFloatFormat::f16},
+        {"dqt ternary, TQ2_0", export_config(true, true, 512), dqt_bits(1), GgufTernaryFormat::tq2_0, GgufFloatFormat::f32},
+        {"dqt ternary, TQ2_0, F16 table", export_config(true, true, 512), dqt_bits(1), GgufTernaryFormat::tq2_0,
+         GgufFloatFormat::f16},
+        {"dqt ternary, TQ1_0", export_config(true, true, 512), dqt_bits(1), GgufTernaryFormat::tq1_0, GgufFloatFormat::f32},
+        {"dqt ternary, ragged ffn", export_config(true, true, 200), dqt_bits(1), GgufTernaryFormat::tq2_0,
+         GgufFloatFormat::f32},
+        {"dqt 4-bit, Q8_0", export_config(true, true, 512), dqt_bits(4), GgufTernaryFormat::tq2_0, GgufFloatFormat::f32},
+        {"dqt ternary, quantized tables", export_config(true, true, 512), quantized_tables, GgufTernaryFormat::tq2_0,
+         GgufFloatFormat::f32},
+        {"dqt ternary, llama graph, untied", export_config(false, false, 512), dqt_bits(1), GgufTernaryFormat::tq2_0,
+         GgufFloatFormat::f32},
+    };
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        ModelParameters model(c.config, c.method);
+        model.initialize(seed);
+        size_t largest = 0;
+        for (const ParamTensor& t : model.layout.tensors) largest = std::max(largest, t.count());
+        // A block of zero codes (TQ2_0 d = 0) in a q matrix, whose rows the bitnet graph permutes.
+        const ParamTensor& wq = model.layout.find("blk.0.attn_q");
+        if (wq.stores_codes())
+            for (size_t i = 0; i < 256; ++i) write_code(model.code(wq), model.method.grid, i, 0);
+        const std::string path = dir / "model.gguf";
+        GgufExportOptions options;
+        options.ternary = c.ternary;
+        options.floats = c.floats;
+        export_gguf(model, *tokenizer, options, path);
+
+        std::unique_ptr<InferenceModel> direct, through;
+        const LoadPeak direct_peak =
+            inference_load_peak([&] { direct = std::make_unique<InferenceModel>(*open_gguf(path).tensors); });
+        const LoadPeak through_peak =
+            inference_load_peak([&] { through = std::make_unique<InferenceModel>(*import_gguf(path).model); });
+        expect_same_inference_model(*direct, *through);
+        const int64_t one_tensor = static_cast<int64_t>(largest * sizeof(float));
+        EXPECT_LE(direct_peak.extra_bytes, one_tensor);
+        // What the bound tells apart: the path through ModelParameters holds a whole second copy.
+        if (c.method.kind == Method::fp) {
+            EXPECT_GT(through_peak.extra_bytes, one_tensor);
+        }
+    }
+}
+
+// The inference load refuses what the import refuses, in one line: a TQ2_0 block scale dqt does
+// not write, the unused code 3.
+TEST(GgufModel, TheInferenceLoadRefusesDamagedTernaryBlocks) {
+    TempDir dir("gguf-inference-refuse");
+    ModelParameters model(export_config(true, true, 512), dqt_bits(1));
+    model.initialize(9);
+    const std::string exported = dir / "model.gguf";
+    export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, exported);
+    const struct {
+        const char* what;
+        std::function<void(std::vector<uint8_t>&)> damage;
+        const char* error;
+    } cases[] = {
+        {"block scale 2", [](std::vector<uint8_t>& blocks) { blocks[65] = 0x40; }, "block scale of 2"},
+        {"code 3", [](std::vector<uint8_t>& blocks) { blocks[7] = 0xff; }, "unused code 3"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.what);
+        const std::string path = dir / "damaged.gguf";
+        copy_gguf_with(exported, path, [](GgufWriter&) {}, [&](const std::string& name, std::vector<uint8_t>& data) {
+            if (name == "blk.1.ffn_up.weight") c.damage(data);
+        });
+        EXPECT_THROW(import_gguf(path), Error);
+        const int64_t before = memory_live_bytes(MemCategory::weights);
+        try {
+            const InferenceModel loaded(*open_gguf(path).tensors);
+            ADD_FAILURE() << "loaded a damaged file";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(memory_live_bytes(MemCategory::weights), before);
+    }
+}
+

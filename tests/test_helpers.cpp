@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstring>
+#include <bit>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -13,10 +15,12 @@
 #include <fstream>
 #include <iterator>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "infer/session.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
@@ -169,6 +173,90 @@ double reference_logit_error(const ModelParameters& model, const std::string& ex
         worst = std::max(worst, std::fabs(static_cast<double>(acts.logits[i]) - logits[i]));
     }
     return worst / largest;
+}
+
+namespace {
+
+void expect_same_linear(const InferenceLinear& a, const InferenceLinear& b, const std::string& what) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(a.format, b.format);
+    ASSERT_EQ(a.rows, b.rows);
+    ASSERT_EQ(a.cols, b.cols);
+    const size_t count = static_cast<size_t>(a.rows) * a.cols;
+    switch (a.format) {
+        case LinearFormat::dense: EXPECT_EQ(0, std::memcmp(a.dense, b.dense, count * sizeof(float))); break;
+        case LinearFormat::half: EXPECT_EQ(0, std::memcmp(a.halves, b.halves, count * sizeof(Float16))); break;
+        case LinearFormat::ternary:
+            EXPECT_EQ(std::bit_cast<uint32_t>(a.ternary.gamma), std::bit_cast<uint32_t>(b.ternary.gamma));
+            ASSERT_EQ(a.ternary.packed.bytes(), b.ternary.packed.bytes());
+            EXPECT_EQ(0, std::memcmp(a.ternary.packed.data(), b.ternary.packed.data(), a.ternary.packed.bytes()));
+            break;
+        case LinearFormat::int8:
+            EXPECT_EQ(std::bit_cast<uint32_t>(a.int8.scale), std::bit_cast<uint32_t>(b.int8.scale));
+            ASSERT_EQ(a.int8.values.bytes(), b.int8.values.bytes());
+            EXPECT_EQ(0, std::memcmp(a.int8.values.data(), b.int8.values.data(), a.int8.values.bytes()));
+            EXPECT_EQ(a.int8.row_sums, b.int8.row_sums);
+            break;
+    }
+}
+
+void expect_same_norm(const float* a, const float* b, int count, const std::string& what) {
+    ASSERT_EQ(a == nullptr, b == nullptr) << what;
+    if (a != nullptr) {
+        EXPECT_EQ(0, std::memcmp(a, b, static_cast<size_t>(count) * sizeof(float))) << what;
+    }
+}
+
+}  // namespace
+
+void expect_same_inference_model(const InferenceModel& a, const InferenceModel& b) {
+    const ModelConfig& c = a.config;
+    ASSERT_EQ(nlohmann::json(a.config).dump(), nlohmann::json(b.config).dump());
+    EXPECT_EQ(a.method_label, b.method_label);
+    const InferenceEmbedding &ea = a.embedding, &eb = b.embedding;
+    const size_t table = static_cast<size_t>(ea.rows) * ea.cols;
+    ASSERT_EQ(ea.dense == nullptr, eb.dense == nullptr);
+    if (ea.dense != nullptr) {
+        EXPECT_EQ(0, std::memcmp(ea.dense, eb.dense, table * sizeof(float)));
+    }
+    ASSERT_EQ(ea.halves.bytes(), eb.halves.bytes());
+    EXPECT_EQ(0, std::memcmp(ea.halves.data(), eb.halves.data(), ea.halves.bytes()));
+    ASSERT_EQ(ea.codes.bytes(), eb.codes.bytes());
+    EXPECT_EQ(0, std::memcmp(ea.codes.data(), eb.codes.data(), ea.codes.bytes()));
+    EXPECT_EQ(std::bit_cast<uint32_t>(ea.code_scale), std::bit_cast<uint32_t>(eb.code_scale));
+    for (int l = 0; l < c.n_layers; ++l) {
+        const InferenceLayer &la = a.layers[static_cast<size_t>(l)], &lb = b.layers[static_cast<size_t>(l)];
+        const std::string layer = "layer " + std::to_string(l);
+        expect_same_norm(la.attn_norm, lb.attn_norm, c.dim, layer + " attn_norm");
+        expect_same_norm(la.attn_subnorm, lb.attn_subnorm, c.dim, layer + " attn_subnorm");
+        expect_same_norm(la.ffn_norm, lb.ffn_norm, c.dim, layer + " ffn_norm");
+        expect_same_norm(la.ffn_subnorm, lb.ffn_subnorm, c.ffn_dim, layer + " ffn_subnorm");
+        expect_same_linear(la.wq, lb.wq, layer + " wq");
+        expect_same_linear(la.wk, lb.wk, layer + " wk");
+        expect_same_linear(la.wv, lb.wv, layer + " wv");
+        expect_same_linear(la.wo, lb.wo, layer + " wo");
+        expect_same_linear(la.w_gate, lb.w_gate, layer + " w_gate");
+        expect_same_linear(la.w_up, lb.w_up, layer + " w_up");
+        expect_same_linear(la.w_down, lb.w_down, layer + " w_down");
+    }
+    expect_same_norm(a.output_norm, b.output_norm, c.dim, "output_norm");
+    expect_same_linear(a.head, b.head, "head");
+
+    const int n = std::min(c.seq_len, 5);
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = (i * 37 + 3) % c.vocab_size;
+    InferenceSession sa(a, n), sb(b, n);
+    const float* logits_a = sa.run(tokens.data(), n, LogitRows::all);
+    const float* logits_b = sb.run(tokens.data(), n, LogitRows::all);
+    EXPECT_EQ(0, std::memcmp(logits_a, logits_b, static_cast<size_t>(n) * c.vocab_size * sizeof(float)));
+}
+
+LoadPeak inference_load_peak(const std::function<void()>& load) {
+    const int64_t before = memory_live_bytes(MemCategory::weights);
+    memory_reset_peaks();
+    load();
+    const int64_t after = memory_live_bytes(MemCategory::weights);
+    return {after - before, memory_peak_bytes(MemCategory::weights) - after};
 }
 
 }  // namespace dqt::testing

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "infer/inference_model.h"
 #include "model/parameters.h"
 #include "train/options.h"
 
@@ -44,6 +45,18 @@ ModelConfig small_llama_config(int vocab_size);
 // run replays; a test puts seed_trace(seed) in its SCOPED_TRACE so a failure names it.
 uint64_t test_seed();
 std::string seed_trace(uint64_t seed);
+
+// Two inference models hold the same weights in the same formats, byte for byte (embedding,
+// every linear, norms, head), and give the same logits bit for bit on a few tokens.
+void expect_same_inference_model(const InferenceModel& a, const InferenceModel& b);
+
+// What `load` (which builds an inference model and keeps it) adds to the accounted weights at
+// its peak, beyond the model it leaves.
+struct LoadPeak {
+    int64_t model_bytes = 0;  // accounted weights the loaded model holds
+    int64_t extra_bytes = 0;  // the load's peak minus that
+};
+LoadPeak inference_load_peak(const std::function<void()>& load);
 
 // The whole file at path as bytes ("" when it cannot be read).
 std::string read_bytes(const std::string& path);

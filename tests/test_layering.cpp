@@ -96,3 +96,13 @@ TEST(Layering, NamesAReversedIncludeAndAFolderWithoutLibrary) {
         "src/serve has no library: declare dqt_module(serve USES ...) in CMakeLists.txt"};
     EXPECT_EQ(layering_violations(dir.path / "src", graph), expected);
 }
+
+// docs/ARCHITECTURE.md's reading guide counts its path with scripts/step_path_lines.py, which
+// names each definition on the path by the text it starts with: a renamed or re-signed function
+// makes the script stop, so the count and the guide are fixed with the code, not found stale.
+TEST(Layering, TheReadingGuidesStepPathNamesDefinitionsThatExist) {
+    const dqt::testing::CommandResult result =
+        dqt::testing::run_command("python3 " + std::string(DQT_SOURCE_DIR) + "/scripts/step_path_lines.py");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("lines (current)"), std::string::npos) << result.output;
+}

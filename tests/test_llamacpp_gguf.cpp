@@ -17,6 +17,7 @@
 #include "export/gguf_model.h"
 #include "export/hf_import.h"
 #include "export/ternary_blocks.h"
+#include "infer/inference_model.h"
 #include "io/gguf.h"
 #include "quant/f16.h"
 #include "test_helpers.h"
@@ -163,6 +164,29 @@ TEST(LlamaCppGguf, TernaryFilesAreReadAsCodesUnlessTheirScalesDiffer) {
             ASSERT_EQ(ours[i], doubled ? 2.0f * before[i] : before[i]) << t.name << " element " << i;
         }
     }
+}
+
+// `dqt generate`, `eval` and `serve` read these files tensor by tensor straight into the inference
+// model (TQ2_0 codes copied as they are): the model the import builds, byte for byte. A block whose
+// d is 0 holds zero codes whatever its bits say, on both paths.
+TEST(LlamaCppGguf, TheInferenceLoadBuildsWhatTheImportBuilds) {
+    TempDir dir("llamacpp-gguf-inference-load");
+    FileEdit zero_block;
+    zero_block.edit_tensor = [](GgufTensor& t) {
+        if (t.name != "blk.0.attn_v.weight") return;
+        t.data[64 + 66] = t.data[65 + 66] = 0;  // the second block's d, its codes left as they are
+    };
+    const std::string zeroed = edited_copy(kConverted + "ternary-tq2_0.gguf", dir / "zero-block.gguf", zero_block);
+    for (const std::string& path :
+         {kConverted + "gauss-f32.gguf", kConverted + "gauss-f16.gguf", kConverted + "gauss-q8_0.gguf",
+          kConverted + "ternary-tq2_0.gguf", kConverted + "ternary-tq1_0.gguf", kConverted + "tiny-q8_0.gguf", zeroed}) {
+        SCOPED_TRACE(path);
+        const InferenceModel direct(*open_gguf(path).tensors);
+        const InferenceModel through(*import_gguf(path).model);
+        dqt::testing::expect_same_inference_model(direct, through);
+    }
+    const InferenceModel ternary(*open_gguf(zeroed).tensors);
+    EXPECT_EQ(ternary.layers[0].wv.format, LinearFormat::ternary);
 }
 
 // What dqt's LLaMA cannot run, or cannot tokenize as llama.cpp would, is one line naming it.

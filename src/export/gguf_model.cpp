@@ -16,6 +16,7 @@
 #include "export/llamacpp_gguf.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
+#include "export/gguf_source.h"
 #include "io/gguf.h"
 #include "model/ternary_convert.h"
 #include "quant/codes.h"
@@ -344,11 +345,62 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
     return summary;
 }
 
-ImportedGguf import_gguf(const std::string& path) {
-    const GgufReader reader(path);
-    if (reader.find("dqt.model") == nullptr) return import_llamacpp_gguf(reader);
+namespace {
+
+// A file dqt wrote, tensor by tensor: its codes and scales (dqt.code_scales) or its values,
+// back in dqt's row order.
+class DqtGgufSource : public GgufSource {
+public:
+    DqtGgufSource(GgufReader reader, const ModelConfig& c, const MethodConfig& method)
+        : GgufSource(std::move(reader), c, method), arch_(reader_.string("general.architecture")) {
+        const GgufValue* scales = reader_.find("dqt.code_scales");
+        require(scales != nullptr && scales->type == GgufValueType::array && scales->value.size() == layout_.tensors.size(),
+                "GGUF file " + reader_.path() + ": dqt.code_scales is missing or does not match the model");
+        for (const auto& scale : scales->value) code_scales_.push_back(scale.get<float>());
+    }
+
+    void read_values(const ParamTensor& t, float* out) const override {
+        const std::vector<float> values = rows_in_model_order(decode_floats(reader_, info(t), t.count()), t.rows,
+                                                              t.cols, config_.head_dim(), permuted(t));
+        std::memcpy(out, values.data(), values.size() * sizeof(float));
+    }
+
+    IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
+        const float code_scale = code_scales_[static_cast<size_t>(t.tensor_id)];
+        std::vector<int8_t> codes;
+        if (t.role == TensorRole::block_linear) {
+            codes = decode_codes(reader_, info(t), t.rows, t.cols);
+        } else {
+            // A dequantized table: its codes are round(value * scale), exactly.
+            const std::vector<float> values = decode_floats(reader_, info(t), t.count());
+            codes.resize(values.size());
+            for (size_t i = 0; i < values.size(); ++i) codes[i] = static_cast<int8_t>(std::nearbyint(values[i] * code_scale));
+        }
+        if (permuted(t)) codes = rows_in_model_order(codes, t.rows, t.cols, config_.head_dim(), true);
+        const CodeGrid grid = method_.grid;
+        bool outside = false;  // an OR over the codes, which vectorises (a minmax_element does not)
+        for (const int8_t code : codes) outside |= code < grid.qn() || code > grid.qp();
+        require(!outside, "GGUF file " + reader_.path() + ": tensor " + t.name + ".weight holds a code outside the " +
+                              grid.label() + "-bit grid");
+        std::memcpy(q, codes.data(), codes.size());
+        return integer_scales(t);
+    }
+
+private:
+    bool permuted(const ParamTensor& t) const override { return rope_permuted(arch_, t.name); }
+    IntegerScales integer_scales(const ParamTensor& t) const override {
+        const float code_scale = code_scales_[static_cast<size_t>(t.tensor_id)];
+        return {1.0f / code_scale, code_scale};
+    }
+    float ternary_block_scale(const ParamTensor&) const override { return 1.0f; }  // dqt writes d = 1
+
+    std::string arch_;
+    std::vector<float> code_scales_;
+};
+
+OpenedGguf open_dqt_gguf(GgufReader reader) {
+    const std::string path = reader.path();
     require(reader.find("dqt.method") != nullptr, "GGUF file " + path + " has dqt.model without dqt.method");
-    ImportedGguf imported;
     ModelConfig c;
     MethodConfig method;
     try {
@@ -357,74 +409,45 @@ ImportedGguf import_gguf(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
         throw Error("GGUF file " + path + ": dqt.model or dqt.method is malformed (" + quote_untrusted(e.what(), 120) + ")");
     }
+    OpenedGguf opened;
     // No dataset unless the export named one: `dqt eval` then asks for --data.
-    imported.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";
+    opened.data_dir = reader.find("dqt.data_dir") ? reader.string("dqt.data_dir") : "";
     c.validate();
     method.validate();
-    const std::string arch = reader.string("general.architecture");
-    // Every tensor the config describes is in the file with its shape before anything is
-    // allocated: what an import allocates is bounded by the file, whatever dqt.model claims.
     require(static_cast<size_t>(c.n_layers) <= reader.tensors().size(),
             "GGUF file " + path + ": dqt.model describes " + std::to_string(c.n_layers) + " layers, but the file holds " +
                 std::to_string(reader.tensors().size()) + " tensors");
-    const ParamLayout layout = make_param_layout(c, method);
-    for (const ParamTensor& t : layout.tensors) {
-        const std::string name = t.name + ".weight";
-        const GgufReader::TensorInfo* info = reader.find_tensor(name);
-        require(info != nullptr, "GGUF file " + path + " lacks the tensor " + name);
-        require(info->ne == gguf_shape(t), "GGUF file " + path + ": tensor " + name + " has the wrong shape");
-    }
-    const GgufValue* scales = reader.find("dqt.code_scales");
-    require(scales != nullptr && scales->type == GgufValueType::array && scales->value.size() == layout.tensors.size(),
-            "GGUF file " + path + ": dqt.code_scales is missing or does not match the model");
-    imported.model = std::make_unique<ModelParameters>(c, method);
-    ModelParameters& model = *imported.model;
-
-    for (const ParamTensor& t : model.layout.tensors) {
-        const std::string name = t.name + ".weight";
-        const GgufReader::TensorInfo* info = reader.find_tensor(name);
-        const bool permute = rope_permuted(arch, t.name);
-        if (t.stores_codes()) {
-            model.scale(t) = scales->value[static_cast<size_t>(t.tensor_id)].get<float>();
-            std::vector<int8_t> codes;
-            if (t.role == TensorRole::block_linear) {
-                codes = decode_codes(reader, *info, t.rows, t.cols);
-            } else {
-                // A dequantized table: its codes are round(value * scale), exactly.
-                const std::vector<float> values = decode_floats(reader, *info, t.count());
-                codes.resize(values.size());
-                for (size_t i = 0; i < values.size(); ++i)
-                    codes[i] = static_cast<int8_t>(std::nearbyint(values[i] * model.scale(t)));
-            }
-            codes = rows_in_model_order(codes, t.rows, t.cols, c.head_dim(), permute);
-            const CodeGrid grid = model.method.grid;
-            const auto [low, high] = std::minmax_element(codes.begin(), codes.end());
-            require(codes.empty() || (*low >= grid.qn() && *high <= grid.qp()),
-                    "GGUF file " + path + ": tensor " + name + " holds a code outside the " + grid.label() + "-bit grid");
-            for (size_t i = 0; i < codes.size(); ++i) write_code(model.code(t), grid, i, codes[i]);
-        } else {
-            const std::vector<float> values =
-                rows_in_model_order(decode_floats(reader, *info, t.count()), t.rows, t.cols, c.head_dim(), permute);
-            std::memcpy(model.value(t), values.data(), values.size() * sizeof(float));
-        }
-    }
 
     const GgufValue* blob = reader.find("dqt.tokenizer.data");
     require(blob != nullptr && blob->type == GgufValueType::array, "GGUF file " + path + " lacks dqt.tokenizer.data");
     std::string bytes;
     for (const auto& byte : blob->value) bytes.push_back(static_cast<char>(byte.get<uint8_t>()));
-    imported.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
-    require(imported.tokenizer->vocab_size() == c.vocab_size,
+    opened.tokenizer = load_tokenizer(reader.string("dqt.tokenizer.kind"), bytes);
+    require(opened.tokenizer->vocab_size() == c.vocab_size,
             "GGUF file " + path + ": the tokenizer's vocabulary does not match the model's");
     if (reader.find("dqt.special_tokens")) {
         try {
-            imported.special = nlohmann::json::parse(reader.string("dqt.special_tokens")).get<SpecialTokens>();
+            opened.special = nlohmann::json::parse(reader.string("dqt.special_tokens")).get<SpecialTokens>();
         } catch (const nlohmann::json::exception& e) {
             throw Error("GGUF file " + path + ": dqt.special_tokens is malformed (" + quote_untrusted(e.what(), 120) + ")");
         }
-        imported.special.check(c.vocab_size, "GGUF file " + path);
+        opened.special.check(c.vocab_size, "GGUF file " + path);
     }
-    return imported;
+    opened.tensors = std::make_unique<DqtGgufSource>(std::move(reader), c, method);
+    return opened;
+}
+
+}  // namespace
+
+OpenedGguf open_gguf(const std::string& path) {
+    GgufReader reader(path);
+    if (reader.find("dqt.model") == nullptr) return open_llamacpp_gguf(std::move(reader));
+    return open_dqt_gguf(std::move(reader));
+}
+
+ImportedGguf import_gguf(const std::string& path) {
+    OpenedGguf opened = open_gguf(path);
+    return {read_parameters(*opened.tensors), std::move(opened.tokenizer), opened.data_dir, std::move(opened.special)};
 }
 
 }  // namespace dqt

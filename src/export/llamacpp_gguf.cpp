@@ -11,6 +11,7 @@
 #include "data/byte_level_bpe_parts.h"
 #include "data/byte_symbols.h"
 #include "data/sentencepiece_proto.h"
+#include "export/gguf_source.h"
 #include "export/ternary_blocks.h"
 #include "quant/codes.h"
 #include "quant/f16.h"
@@ -96,7 +97,7 @@ BlockCodes read_blocks(const GgufReader& reader, const GgufReader::TensorInfo& i
     throw Error("GGUF file " + reader.path() + ": " + quote_untrusted(info.name) + " holds no blocks");
 }
 
-std::vector<float> read_values(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
+std::vector<float> read_tensor_values(const GgufReader& reader, const GgufReader::TensorInfo& info, int rows, int cols) {
     const size_t count = static_cast<size_t>(rows) * cols;
     std::vector<float> values(count);
     if (info.type == GgmlType::f32 || info.type == GgmlType::f16) {
@@ -247,7 +248,43 @@ SpecialTokens read_special_tokens(const GgufReader& reader, const FileKeys& keys
 
 }  // namespace
 
-ImportedGguf import_llamacpp_gguf(const GgufReader& reader) {
+namespace {
+
+// The file's tensors as the model ModelConfig and MethodConfig describe: a ternary one's block
+// linears as codes with scale 1/d, everything else as the values the blocks hold.
+class LlamacppGgufSource : public GgufSource {
+public:
+    LlamacppGgufSource(GgufReader reader, const ModelConfig& c, const MethodConfig& method,
+                       std::vector<float> ternary_scales)
+        : GgufSource(std::move(reader), c, method), ternary_scales_(std::move(ternary_scales)) {}
+
+    void read_values(const ParamTensor& t, float* out) const override {
+        const std::vector<float> values = read_tensor_values(reader_, info(t), t.rows, t.cols);
+        std::memcpy(out, values.data(), values.size() * sizeof(float));
+    }
+
+    IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
+        const BlockCodes blocks = read_blocks(reader_, info(t), t.rows, t.cols);
+        const size_t block = t.count() / blocks.block_scales.size();
+        for (size_t i = 0; i < t.count(); ++i) q[i] = blocks.block_scales[i / block] == 0.0f ? 0 : blocks.codes[i];
+        return integer_scales(t);
+    }
+
+private:
+    IntegerScales integer_scales(const ParamTensor& t) const override {
+        const float code_scale = 1.0f / ternary_block_scale(t);  // W = q / scale
+        return {1.0f / code_scale, code_scale};
+    }
+    float ternary_block_scale(const ParamTensor& t) const override {
+        return ternary_scales_[static_cast<size_t>(t.tensor_id)];
+    }
+
+    std::vector<float> ternary_scales_;  // per tensor id: d of a ternary block linear
+};
+
+}  // namespace
+
+OpenedGguf open_llamacpp_gguf(GgufReader reader) {
     const FileKeys keys(reader);
     const ModelConfig c = read_config(reader, keys);
     // Every tensor the config implies is in the file with its shape, and nothing else is.
@@ -276,26 +313,11 @@ ImportedGguf import_llamacpp_gguf(const GgufReader& reader) {
     MethodConfig method;
     if (ternary) method.kind = Method::dqt;  // the default grid is ternary; embedding and head stay fp
 
-    ImportedGguf imported;
-    imported.model = std::make_unique<ModelParameters>(c, method);
-    ModelParameters& model = *imported.model;
-    for (const ParamTensor& t : model.layout.tensors) {
-        const GgufReader::TensorInfo& info = *reader.find_tensor(t.name + ".weight");
-        if (!t.stores_codes()) {
-            const std::vector<float> values = read_values(reader, info, t.rows, t.cols);
-            std::memcpy(model.value(t), values.data(), values.size() * sizeof(float));
-            continue;
-        }
-        const float d = ternary_scales[static_cast<size_t>(t.tensor_id)];
-        const BlockCodes blocks = read_blocks(reader, info, t.rows, t.cols);
-        model.scale(t) = 1.0f / d;  // W = q / scale
-        const size_t block = t.count() / blocks.block_scales.size();
-        for (size_t i = 0; i < t.count(); ++i)
-            write_code(model.code(t), model.method.grid, i, blocks.block_scales[i / block] == 0.0f ? 0 : blocks.codes[i]);
-    }
-    imported.tokenizer = read_tokenizer(reader, keys, c.vocab_size);
-    imported.special = read_special_tokens(reader, keys, c.vocab_size);
-    return imported;
+    OpenedGguf opened;
+    opened.tokenizer = read_tokenizer(reader, keys, c.vocab_size);
+    opened.special = read_special_tokens(reader, keys, c.vocab_size);
+    opened.tensors = std::make_unique<LlamacppGgufSource>(std::move(reader), c, method, std::move(ternary_scales));
+    return opened;
 }
 
 }  // namespace dqt

@@ -26,6 +26,6 @@
 namespace dqt {
 
 // reader: a GGUF file without dqt's own keys.
-ImportedGguf import_llamacpp_gguf(const GgufReader& reader);
+OpenedGguf open_llamacpp_gguf(GgufReader reader);
 
 }  // namespace dqt

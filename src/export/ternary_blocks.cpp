@@ -70,14 +70,45 @@ BlockCodes decode_tq2_0_blocks(const uint8_t* data, int rows, int cols, const st
     for (size_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * 66;
         out.block_scales[b] = f16_to_float(get_half(block + 64));
-        for (int e = 0; e < kBlock; ++e) {
-            const TernaryCodeSlot slot = ternary_code_slot(e);
-            const int code = (block[slot.byte] >> slot.shift) & 3;
-            if (code == 3) throw Error("GGUF TQ2_0 tensor " + what + " holds the unused code 3");
-            out.codes[b * kBlock + e] = static_cast<int8_t>(code - 1);
+        // In the bytes' order (ternary_code_slot's, inverted): byte m of half h holds elements
+        // 128h + 32n + m at bits 2n.
+        int8_t* codes = out.codes.data() + b * kBlock;
+        bool unused_code = false;  // checked once a block: the message is built only on failure
+        for (int half = 0; half < 2; ++half) {
+            for (int n = 0; n < 4; ++n) {
+                for (int m = 0; m < 32; ++m) {
+                    const int code = (block[32 * half + m] >> (2 * n)) & 3;
+                    unused_code |= code == 3;
+                    codes[128 * half + 32 * n + m] = static_cast<int8_t>(code - 1);
+                }
+            }
         }
+        if (unused_code) throw Error("GGUF TQ2_0 tensor " + what + " holds the unused code 3");
     }
     return out;
+}
+
+void decode_tq2_0_packed(const uint8_t* data, int rows, int cols, float block_scale, uint8_t* packed,
+                         const std::string& what) {
+    constexpr uint8_t kZeroCodes = 0x55;  // four q = 0, stored 1
+    const size_t blocks = static_cast<size_t>(rows) * (cols / kBlock);
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t* block = data + b * 66;
+        uint8_t* out = packed + b * 64;
+        const float d = f16_to_float(get_half(block + 64));
+        if (d == 0.0f) {
+            std::memset(out, kZeroCodes, 64);
+            continue;
+        }
+        if (d != block_scale)
+            throw Error("GGUF TQ2_0 tensor " + what + " has a block scale of " + format_number(d) + " where " +
+                        format_number(block_scale) + " was expected");
+        // A 2-bit field holds 3 where both its bits are set.
+        uint8_t unused_code = 0;
+        for (int i = 0; i < 64; ++i) unused_code |= block[i] & (block[i] >> 1) & 0x55;
+        if (unused_code != 0) throw Error("GGUF TQ2_0 tensor " + what + " holds the unused code 3");
+        std::memcpy(out, block, 64);
+    }
 }
 
 namespace {

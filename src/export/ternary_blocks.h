@@ -35,6 +35,12 @@ BlockCodes decode_tq1_0_blocks(const uint8_t* data, int rows, int cols);
 BlockCodes decode_q8_0_blocks(const uint8_t* data, int rows, int cols);
 
 std::vector<int8_t> decode_tq2_0(const uint8_t* data, int rows, int cols);
+// TQ2_0 blocks of a (rows, cols) tensor straight into the ternary kernels' packed rows
+// (kernels/ternary_matmul.h: TQ2_0's codes without d), packed (rows, cols / 4). A block whose
+// d is 0 holds zero codes whatever its bits; every other block's d must be `block_scale`.
+// dqt::Error naming `what` for another d or the unused code 3.
+void decode_tq2_0_packed(const uint8_t* data, int rows, int cols, float block_scale, uint8_t* packed,
+                         const std::string& what);
 std::vector<int8_t> decode_tq1_0(const uint8_t* data, int rows, int cols);
 // `what` names the tensor in errors.
 std::vector<int8_t> decode_q8_0_unit_scale(const uint8_t* data, int rows, int cols, const std::string& what);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/float16_widen.h"
+#include "model/tensor_source.h"
 #include "model/weight_access.h"
 #include "quant/codes.h"
 
@@ -13,47 +14,69 @@ namespace dqt {
 
 namespace {
 
-// The fp32 values of a tensor, borrowed from the source or copied into `owned`.
-const float* fp32_values(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights,
-                         Array<float>& owned) {
-    if (weights == WeightSource::borrow) return source.value(tensor);
+// Live parameters as a TensorSource: fp32 tensors copied, or borrowed (then never narrowed to
+// fp16: evaluation during training shares the run's values).
+class ParametersSource : public TensorSource {
+public:
+    ParametersSource(const ModelParameters& model, WeightSource weights) : model_(model), weights_(weights) {}
+    const ModelConfig& config() const override { return model_.config; }
+    const MethodConfig& method() const override { return model_.method; }
+    const ModelTensors& tensors() const override { return model_.tensors; }
+    void read_values(const ParamTensor& t, float* out) const override {
+        std::memcpy(out, model_.value(t), t.count() * sizeof(float));
+    }
+    const float* values_in_place(const ParamTensor& t) const override {
+        return weights_ == WeightSource::borrow ? model_.value(t) : nullptr;
+    }
+    Array<Float16> read_halves(const ParamTensor& t) const override {
+        if (weights_ == WeightSource::borrow) return {};
+        const float* values = model_.value(t);
+        Float16 probe[256];
+        if (!narrow_f16_exactly(values, probe, std::min<size_t>(std::size(probe), t.count()))) return {};
+        Array<Float16> halves(MemCategory::weights, t.count());
+        if (!narrow_f16_exactly(values, halves.data(), t.count())) return {};
+        return halves;
+    }
+    IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
+        const IntegerScales scales{quantized_weight_scale(model_, t), model_.scale(t)};
+        read_quantized_codes(model_, t, scales.weight_scale, 0, t.rows, q);
+        return scales;
+    }
+
+private:
+    const ModelParameters& model_;
+    WeightSource weights_;
+};
+
+// An fp tensor's values: where the source keeps them, or read into `owned`.
+const float* fp32_values(const TensorSource& source, const ParamTensor& tensor, Array<float>& owned) {
+    if (const float* in_place = source.values_in_place(tensor)) return in_place;
     owned = Array<float>(MemCategory::weights, tensor.count());
-    std::memcpy(owned.data(), source.value(tensor), tensor.count() * sizeof(float));
+    source.read_values(tensor, owned.data());
     return owned.data();
 }
 
-// The tensor's values as fp16 where every one is an fp16 exactly and they are copied anyway;
-// empty otherwise.
-Array<Float16> exact_halves(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
-    if (weights == WeightSource::borrow) return {};
-    const float* values = source.value(tensor);
-    // Trained fp32 weights fail within their first values: try those before allocating.
-    Float16 probe[256];
-    if (!narrow_f16_exactly(values, probe, std::min<size_t>(std::size(probe), tensor.count()))) return {};
-    Array<Float16> halves(MemCategory::weights, tensor.count());
-    if (!narrow_f16_exactly(values, halves.data(), tensor.count())) return {};
-    return halves;
-}
-
-InferenceLinear make_linear(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
+InferenceLinear make_linear(const TensorSource& source, const ParamTensor& tensor) {
     InferenceLinear linear;
     linear.rows = tensor.rows;
     linear.cols = tensor.cols;
     if (!tensor.quantized()) {
-        linear.owned_halves = exact_halves(source, tensor, weights);
+        linear.owned_halves = source.values_in_place(tensor) ? Array<Float16>() : source.read_halves(tensor);
         if (linear.owned_halves.size() > 0) {
             linear.format = LinearFormat::half;
             linear.halves = linear.owned_halves.data();
         } else {
-            linear.dense = fp32_values(source, tensor, weights, linear.owned_dense);
+            linear.dense = fp32_values(source, tensor, linear.owned_dense);
         }
         return linear;
     }
-    std::vector<int8_t> q(tensor.count());
-    const float weight_scale = quantized_weight_scale(source, tensor);
-    read_quantized_codes(source, tensor, weight_scale, 0, tensor.rows, q.data());
     if (tensor.traits().ternary_integers) {
         linear.format = LinearFormat::ternary;
+        if (source.read_ternary_packed(tensor, linear.ternary)) return linear;
+    }
+    std::vector<int8_t> q(tensor.count());
+    const float weight_scale = source.read_integers(tensor, q.data()).weight_scale;
+    if (tensor.traits().ternary_integers) {
         linear.ternary = pack_ternary(q.data(), tensor.rows, tensor.cols, weight_scale);
     } else {
         linear.format = LinearFormat::int8;
@@ -62,19 +85,17 @@ InferenceLinear make_linear(const ModelParameters& source, const ParamTensor& te
     return linear;
 }
 
-InferenceEmbedding make_embedding(const ModelParameters& source, const ParamTensor& tensor, WeightSource weights) {
+InferenceEmbedding make_embedding(const TensorSource& source, const ParamTensor& tensor) {
     InferenceEmbedding embedding;
     embedding.rows = tensor.rows;
     embedding.cols = tensor.cols;
     if (tensor.format == WeightFormat::f32) {
-        embedding.halves = exact_halves(source, tensor, weights);
-        if (embedding.halves.size() == 0) embedding.dense = fp32_values(source, tensor, weights, embedding.owned_dense);
+        if (!source.values_in_place(tensor)) embedding.halves = source.read_halves(tensor);
+        if (embedding.halves.size() == 0) embedding.dense = fp32_values(source, tensor, embedding.owned_dense);
         return embedding;
     }
     embedding.codes = Array<int8_t>(MemCategory::weights, tensor.count());
-    tensor.traits().read_integers(source, tensor, quantized_weight_scale(source, tensor), 0, tensor.count(),
-                                  embedding.codes.data());
-    embedding.code_scale = source.scale(tensor);
+    embedding.code_scale = source.read_integers(tensor, embedding.codes.data()).code_scale;
     return embedding;
 }
 
@@ -106,27 +127,30 @@ void InferenceEmbedding::lookup(const int32_t* tokens, int count, float* out) co
 }
 
 InferenceModel::InferenceModel(const ModelParameters& source, WeightSource fp32_tensors)
-    : config(source.config), method_label(source.method.label()) {
-    const ModelTensors& t = source.tensors;
+    : InferenceModel(ParametersSource(source, fp32_tensors)) {}
+
+InferenceModel::InferenceModel(const TensorSource& source)
+    : config(source.config()), method_label(source.method().label()) {
+    const ModelTensors& t = source.tensors();
     auto norm = [&](const ParamTensor* tensor) -> const float* {
         if (tensor == nullptr) return nullptr;
         owned_norms_.emplace_back();
-        return fp32_values(source, *tensor, fp32_tensors, owned_norms_.back());
+        return fp32_values(source, *tensor, owned_norms_.back());
     };
-    embedding = make_embedding(source, *t.token_embd, fp32_tensors);
+    embedding = make_embedding(source, *t.token_embd);
     for (const LayerTensors& p : t.layers) {
         InferenceLayer layer;
         layer.attn_norm = norm(p.attn_norm);
-        layer.wq = make_linear(source, *p.wq, fp32_tensors);
-        layer.wk = make_linear(source, *p.wk, fp32_tensors);
-        layer.wv = make_linear(source, *p.wv, fp32_tensors);
+        layer.wq = make_linear(source, *p.wq);
+        layer.wk = make_linear(source, *p.wk);
+        layer.wv = make_linear(source, *p.wv);
         layer.attn_subnorm = norm(p.attn_subnorm);
-        layer.wo = make_linear(source, *p.wo, fp32_tensors);
+        layer.wo = make_linear(source, *p.wo);
         layer.ffn_norm = norm(p.ffn_norm);
-        layer.w_gate = make_linear(source, *p.w_gate, fp32_tensors);
-        layer.w_up = make_linear(source, *p.w_up, fp32_tensors);
+        layer.w_gate = make_linear(source, *p.w_gate);
+        layer.w_up = make_linear(source, *p.w_up);
         layer.ffn_subnorm = norm(p.ffn_subnorm);
-        layer.w_down = make_linear(source, *p.w_down, fp32_tensors);
+        layer.w_down = make_linear(source, *p.w_down);
         layers.push_back(std::move(layer));
     }
     output_norm = norm(t.output_norm);
@@ -139,7 +163,7 @@ InferenceModel::InferenceModel(const ModelParameters& source, WeightSource fp32_
             head.halves = embedding.halves.data();
         }
     } else {
-        head = make_linear(source, *t.output, fp32_tensors);
+        head = make_linear(source, *t.output);
     }
 }
 

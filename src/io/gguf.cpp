@@ -441,14 +441,21 @@ std::string GgufReader::string(const std::string& key) const {
 }
 
 std::vector<uint8_t> GgufReader::read(const TensorInfo& tensor) const {
-    std::ifstream file(path_, std::ios::binary);
-    require(file.good(), "cannot open GGUF file " + path_);
     std::vector<uint8_t> data(tensor.bytes);
-    file.seekg(static_cast<std::streamoff>(tensor.offset));
-    file.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
-    require(file.good(), "GGUF file " + path_ + " is truncated: cannot read tensor " + quote_untrusted(tensor.name));
+    read_into(tensor, data.data());
     return data;
 }
+
+void GgufReader::read_into(const TensorInfo& tensor, void* out, size_t bytes) const {
+    require(bytes <= tensor.bytes, "GGUF file " + path_ + ": a read past the end of tensor " + quote_untrusted(tensor.name));
+    std::ifstream file(path_, std::ios::binary);
+    require(file.good(), "cannot open GGUF file " + path_);
+    file.seekg(static_cast<std::streamoff>(tensor.offset));
+    file.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
+    require(file.good(), "GGUF file " + path_ + " is truncated: cannot read tensor " + quote_untrusted(tensor.name));
+}
+
+void GgufReader::read_into(const TensorInfo& tensor, void* out) const { read_into(tensor, out, tensor.bytes); }
 
 bool is_gguf_file(const std::string& path) {
     std::ifstream file(path, std::ios::binary);

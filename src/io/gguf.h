@@ -100,6 +100,9 @@ public:
     float f32(const std::string& key) const;
     std::string string(const std::string& key) const;
     std::vector<uint8_t> read(const TensorInfo& tensor) const;
+    // The tensor's bytes into out (tensor.bytes), or only its first `bytes` (at most tensor.bytes).
+    void read_into(const TensorInfo& tensor, void* out) const;
+    void read_into(const TensorInfo& tensor, void* out, size_t bytes) const;
 
 private:
     std::string path_;

@@ -44,16 +44,30 @@ TernaryMatrix pack_ternary(const int8_t* q, int rows, int cols, float gamma) {
     w.padded_cols = ternary_padded_cols(cols);
     w.gamma = gamma;
     w.packed = Array<uint8_t>(MemCategory::weights, static_cast<size_t>(rows) * w.row_bytes());
-    // Every code starts as q = 0 (stored 1), which is also what the padding holds.
-    std::fill(w.packed.begin(), w.packed.end(), static_cast<uint8_t>(0x55));
+    // Byte by byte in the layout's order (ternary_code_slot's, inverted): byte m of half h of a
+    // block holds weights 128h + 32n + m at bits 2n; the padding holds q = 0 (stored 1).
     for (int r = 0; r < rows; ++r) {
+        const int8_t* q_row = q + static_cast<size_t>(r) * cols;
         uint8_t* row = w.packed.data() + static_cast<size_t>(r) * w.row_bytes();
-        for (int c = 0; c < cols; ++c) {
-            const int value = q[static_cast<size_t>(r) * cols + c];
-            // Checked without require(): its message string would be built for every weight.
-            if (value < -1 || value > 1) throw Error("pack_ternary: code " + std::to_string(value) + " is not ternary");
-            const TernaryCodeSlot slot = ternary_code_slot(c);
-            row[slot.byte] = static_cast<uint8_t>((row[slot.byte] & ~(3u << slot.shift)) | ((value + 1) << slot.shift));
+        unsigned out_of_range = 0;  // checked once a row: a message is built only for a bad row
+        for (int block = 0; block < w.padded_cols; block += kTernaryBlock) {
+            for (int half = 0; half < 2; ++half) {
+                for (int m = 0; m < 32; ++m) {
+                    unsigned byte = 0;
+                    for (int n = 0; n < 4; ++n) {
+                        const int col = block + 128 * half + 32 * n + m;
+                        const unsigned stored = static_cast<unsigned>((col < cols ? q_row[col] : 0) + 1);
+                        out_of_range |= stored > 2 ? 1u : 0u;
+                        byte |= (stored & 3u) << (2 * n);
+                    }
+                    row[block / 4 + 32 * half + m] = static_cast<uint8_t>(byte);
+                }
+            }
+        }
+        if (out_of_range != 0) {
+            for (int c = 0; c < cols; ++c)
+                if (q_row[c] < -1 || q_row[c] > 1)
+                    throw Error("pack_ternary: code " + std::to_string(q_row[c]) + " is not ternary");
         }
     }
     return w;

@@ -63,8 +63,6 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
     return layout;
 }
 
-namespace {
-
 ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout) {
     auto at = [&](const std::string& name) { return &layout.find(name); };
     ModelTensors t;
@@ -89,8 +87,6 @@ ModelTensors bind_tensors(const ModelConfig& c, const ParamLayout& layout) {
     t.output = c.tie_embeddings ? t.token_embd : at("output");
     return t;
 }
-
-}  // namespace
 
 ModelParameters::ModelParameters(const ModelConfig& c, const MethodConfig& m)
     : config(c),

@@ -79,6 +79,9 @@ struct ModelTensors {
     const ParamTensor* output;       // (V, C) lm_head; token_embd itself when tied
 };
 
+// The tensors of `layout` (made for `config`) by their place in the model.
+ModelTensors bind_tensors(const ModelConfig& config, const ParamLayout& layout);
+
 class ModelParameters {
 public:
     ModelConfig config;
