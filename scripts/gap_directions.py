@@ -200,14 +200,15 @@ def report(records, grid_records):
     timed = [r for r in records.values() if r.get("beside")]
     if timed:
         print("\nSide by side with bitnet at its best point (one thread each, started together):\n")
-        print("| arm | budget | val loss | bitnet's val loss | gap | median s/step | bitnet's | ratio |")
-        print("|---|---|---|---|---|---|---|---|")
-    for r in timed:
+        print("| arm | corpus | size | seed | budget | val loss | bitnet's val loss | gap | median s/step | bitnet's | ratio |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(timed, key=lambda r: (r["size"], r["corpus"] != "sotu", r["corpus"], r["seed"])):
         b = r["beside"]
         gap = (f"{100 * (r['val_loss'] / b['val_loss'] - 1):+.1f}%" if r["val_loss"] and b["val_loss"] else "")
         ratio = (f"{r['median_step_seconds'] / b['median_step_seconds']:.3f}"
                  if r["median_step_seconds"] and b["median_step_seconds"] else "")
-        print(f"| {r['arm']} | {r['budget']} | {grid.loss_text(r)} | {grid.loss_text(b)} | {gap} | "
+        print(f"| {r['arm']} | {r['corpus']} | {r['size']} | {r['seed']} | {r['budget']} | {grid.loss_text(r)} | "
+              f"{grid.loss_text(b)} | {gap} | "
               f"{r['median_step_seconds']:.3f} | {b['median_step_seconds']:.3f} | {ratio} |")
 
 
