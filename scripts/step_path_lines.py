@@ -12,9 +12,12 @@ reading guide of docs/ARCHITECTURE.md in terms of definitions. Kernels (gemm, rm
 attention, ...) are below the path: a reader of the step takes them as given.
 """
 import argparse
+import pathlib
 import re
 import subprocess
 import sys
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # The step's functions common to every version: (file, the text a definition starts with).
 FORWARD_BACKWARD = [
@@ -98,10 +101,12 @@ PATHS = {
 
 
 def read(path, at):
+    """The file at `path` (from the repository's root, wherever the script runs from)."""
     if at is None:
-        with open(path) as f:
+        with open(REPO / path) as f:
             return f.read()
-    return subprocess.run(["git", "show", f"{at}:{path}"], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(["git", "-C", str(REPO), "show", f"{at}:{path}"], capture_output=True, text=True,
+                          check=True).stdout
 
 
 def definition_lines(text, start, where):

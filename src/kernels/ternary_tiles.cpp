@@ -146,6 +146,11 @@ void interleave_for_codes(const int8_t* a, int blocks, int8_t* out) {
                 std::memcpy(out + 256 * b + 64 * n + 32 * h, a + 256 * b + 128 * h + 32 * n, 32);
 }
 
+// How far ahead of its loads a decode tile prefetches its weight stream: 4 KiB, about what the
+// memory's latency times one core's read rate keeps in flight (~100 ns x 27 GB/s), with margin;
+// 1 KiB gave 19.5 GB/s, 4 KiB 20-22 on a Zen 5. A prefetch past the matrix's end does not fault.
+constexpr size_t kStreamPrefetchBytes = 4096;
+
 // Sixteen vectors of 16 int32 lanes -> one vector whose lane i is the sum of vector i's lanes.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(const __m512i (&v)[16]) {
     __m512i pairs[8], quads[4], octets[2];
@@ -194,10 +199,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
         for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_si512();
         if constexpr (R <= 2) {
             // Memory-bound shapes (decode, two streams): each weight row read whole, front to
-            // back, so the tile's bytes stream in address order and the hardware prefetcher
-            // runs ahead of them (a pass over the tile block by block, 16 rows interleaved, read
-            // 1.65x slower with or without software prefetches). Four partial sums per dot, one
-            // per code shift, keep four independent dpbusd chains in flight.
+            // back, so the tile's bytes stream in address order (a pass over the tile block by
+            // block, 16 rows interleaved, read 1.65x slower with or without software prefetches).
+            // The stream is prefetched kStreamPrefetchBytes ahead: the hardware prefetcher alone
+            // kept one thread at 14 GB/s of a 27 GB/s read limit on a Zen 5 (20-22 with it,
+            // bench_ternary_batch; docs/results.md). Four partial sums per dot, one per code
+            // shift, keep four independent dpbusd chains in flight.
 #pragma GCC unroll 16
             for (int i = 0; i < kRows; ++i) {
                 __m512i part[4][R];
@@ -206,6 +213,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
 #pragma GCC unroll 2
                     for (int j = 0; j < R; ++j) part[n][j] = _mm512_setzero_si512();
                 for (int b = 0; b < blocks; ++b) {
+                    _mm_prefetch(reinterpret_cast<const char*>(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes +
+                                                               kStreamPrefetchBytes),
+                                 _MM_HINT_T0);
                     const __m512i w = _mm512_loadu_si512(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes);
                     const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
 #pragma GCC unroll 4
