@@ -20,14 +20,16 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # The step's functions common to every version: (file, the text a definition starts with).
+TRAINING_PASSES = [
+    ("src/model/llama.cpp", "double model_forward("),
+    ("src/model/llama.cpp", "class BackwardPass {"),
+    ("src/model/llama.cpp", "void model_backward("),
+]
 FORWARD_BACKWARD = [
     ("src/train/trainer.cpp", "    StepOutcome run_step("),
     ("src/optim/schedule.cpp", "float LrSchedule::at("),
     ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run("),
     ("src/data/batch.cpp", "void sample_sequences("),
-    ("src/model/llama.cpp", "double model_forward("),
-    ("src/model/llama.cpp", "class BackwardPass {"),
-    ("src/model/llama.cpp", "void model_backward("),
     ("src/model/weight_access.cpp", "DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor, int"),
     ("src/model/weight_access.cpp", "LinearInput::LinearInput("),
     ("src/model/weight_access.cpp", "int read_slice_rows("),
@@ -57,7 +59,7 @@ PATHS = {
     # Before the accumulator left the transport: a one-process step ran the data-parallel
     # exchange and the communicator's collectives on a group of one.
     "4f5fb06": {
-        "functions": FORWARD_BACKWARD + [
+        "functions": FORWARD_BACKWARD + TRAINING_PASSES + [
             ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run_unfused("),
             ("src/data_parallel/gradient_exchange.cpp", "void add_into("),
             ("src/data_parallel/gradient_exchange.cpp", "GradientExchange::GradientExchange("),
@@ -80,8 +82,13 @@ PATHS = {
             "src/data_parallel/shard_plan.h",
         ],
     },
+    # The block written once (model/decoder_block.h), walked by the training passes.
     "current": {
-        "functions": FORWARD_BACKWARD + [
+        "functions": FORWARD_BACKWARD + TRAINING_PASSES + [
+            ("src/model/llama.cpp", "class TrainingLayer {"),
+            ("src/model/decoder_block.cpp", "bool on_residual_stream("),
+            ("src/model/decoder_block.cpp", "int block_value_cols("),
+            ("src/model/decoder_block.cpp", "std::vector<BlockStep> decoder_block_steps("),
             ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run_unfused("),
             ("src/train/training_step.cpp", "void scale_in_place("),
             ("src/model/gradient_accumulator.cpp", "void add_into("),
@@ -95,7 +102,8 @@ PATHS = {
             ("src/model/gradient_sink.cpp", "double sum_of_squares("),
             ("src/data_parallel/comm.cpp", "void Communicator::reset_counters("),
         ],
-        "headers": COMMON_HEADERS + ["src/model/gradient_accumulator.h", "src/core/pairwise_sum.h"],
+        "headers": COMMON_HEADERS + ["src/model/gradient_accumulator.h", "src/core/pairwise_sum.h",
+                                     "src/model/decoder_block.h"],
     },
 }
 

@@ -8,6 +8,7 @@
 #include "cuda/kernels.h"
 #include "cuda/quantize.h"
 #include "kernels/rope.h"
+#include "model/llama.h"
 
 namespace dqt::cuda {
 
@@ -218,11 +219,114 @@ void TrainingPass::linear_backward(const ParamTensor& weight, float* din, const 
     product(d_out, true, in, false, gradients + weight.flat_offset, O, I, rows, 1.0f);
 }
 
+// What one step of the decoder block in a layer works on: the shapes, the layer's tensors and
+// saved activations, and where the step's input and output are saved.
+struct TrainingPass::StepScope {
+    StepScope(const ModelParameters& model, DeviceActivations& acts, int layer, const BlockStep& step)
+        : c(model.config), p(model.tensors.layers[static_cast<size_t>(layer)]),
+          a(acts.layers[static_cast<size_t>(layer)]), B(acts.batch), T(acts.seq), N(B * T), D(c.head_dim()),
+          in(saved_value(acts, layer, step.in)), out(saved_value(acts, layer, step.out)) {}
+    const ModelConfig& c;
+    const LayerTensors& p;
+    DeviceLayerActivations& a;
+    const int B, T, N, D;
+    const SavedValue in, out;
+};
+
+void TrainingPass::forward_step(DeviceActivations& acts, int layer, const BlockStep& step) {
+    const StepScope s(model_.host(), acts, layer, step);
+    const size_t out_count = static_cast<size_t>(s.N) * block_value_cols(step.out, s.c);
+    switch (step.op) {
+        case BlockOp::rmsnorm:
+            rmsnorm_forward(s.out.rows, s.out.rstd, s.in.rows, model_.value(*layer_gain(s.p, step.weights[0])), s.N,
+                            block_value_cols(step.in, s.c), s.c.norm_eps);
+            return;
+        case BlockOp::attention: {
+            const ParamTensor &wq = *layer_linear(s.p, step.weights[0]), &wk = *layer_linear(s.p, step.weights[1]),
+                              &wv = *layer_linear(s.p, step.weights[2]);
+            const Input input = prepare(wq, s.in.rows, s.N);
+            linear_forward(wq, s.a.q.data(), input, s.N);
+            linear_forward(wk, s.a.k.data(), input, s.N);
+            linear_forward(wv, s.a.v.data(), input, s.N);
+            rope_forward(s.a.q.data(), s.B, s.T, s.c.n_heads, s.D, acts.rope_cos.data(), acts.rope_sin.data());
+            rope_forward(s.a.k.data(), s.B, s.T, s.c.n_kv_heads, s.D, acts.rope_cos.data(), acts.rope_sin.data());
+            if (tensor_core_attention_) {
+                attention_tc_forward(gemm_, s.out.rows, s.a.lse.data(), s.a.q.data(), s.a.k.data(), s.a.v.data(), s.B, s.T,
+                                     s.c.n_heads, s.c.n_kv_heads, s.D);
+            } else {
+                attention_forward(s.out.rows, s.a.lse.data(), s.a.q.data(), s.a.k.data(), s.a.v.data(), s.B, s.T, s.c.n_heads,
+                                  s.c.n_kv_heads, s.D);
+            }
+            return;
+        }
+        case BlockOp::gated_linears: {
+            const ParamTensor &w_gate = *layer_linear(s.p, step.weights[0]), &w_up = *layer_linear(s.p, step.weights[1]);
+            const Input input = prepare(w_gate, s.in.rows, s.N);
+            linear_forward(w_gate, s.a.gate.data(), input, s.N);
+            linear_forward(w_up, s.a.up.data(), input, s.N);
+            swiglu_forward(s.out.rows, s.a.gate.data(), s.a.up.data(), out_count);  // the only activation here (DeviceModel)
+            return;
+        }
+        case BlockOp::residual_linear: {
+            const ParamTensor& weight = *layer_linear(s.p, step.weights[0]);
+            linear_forward(weight, s.out.rows, prepare(weight, s.in.rows, s.N), s.N);
+            add_in_place(s.out.rows, saved_value(acts, layer, step.residual).rows, out_count);
+            return;
+        }
+    }
+}
+
+void TrainingPass::backward_step(DeviceActivations& acts, int layer, const BlockStep& step, float* gradients) {
+    const StepScope s(model_.host(), acts, layer, step);
+    float* d_in = value_gradient(acts, step.in);
+    const float* d_out = value_gradient(acts, step.out);
+    // A stream value's gradient already holds what flows along the stream: it accumulates.
+    if (!on_residual_stream(step.in))
+        zero_on_device(d_in, static_cast<size_t>(s.N) * block_value_cols(step.in, s.c) * sizeof(float));
+    switch (step.op) {
+        case BlockOp::rmsnorm: {
+            const ParamTensor& gain = *layer_gain(s.p, step.weights[0]);
+            rmsnorm_backward(d_in, gradients + gain.flat_offset, d_out, s.in.rows, model_.value(gain), s.out.rstd, s.N,
+                             gain.cols, acts.norm_scratch.data());
+            return;
+        }
+        case BlockOp::attention:
+            acts.d_q.zero();
+            acts.d_k.zero();
+            acts.d_v.zero();
+            if (tensor_core_attention_) {
+                attention_tc_backward(gemm_, acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_out, s.a.lse.data(),
+                                      s.a.q.data(), s.a.k.data(), s.a.v.data(), s.B, s.T, s.c.n_heads, s.c.n_kv_heads, s.D);
+            } else {
+                attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_out, s.out.rows, s.a.lse.data(),
+                                   s.a.q.data(), s.a.k.data(), s.a.v.data(), s.B, s.T, s.c.n_heads, s.c.n_kv_heads, s.D,
+                                   acts.delta.data());
+            }
+            rope_backward(acts.d_q.data(), s.B, s.T, s.c.n_heads, s.D, acts.rope_cos.data(), acts.rope_sin.data());
+            rope_backward(acts.d_k.data(), s.B, s.T, s.c.n_kv_heads, s.D, acts.rope_cos.data(), acts.rope_sin.data());
+            linear_backward(*layer_linear(s.p, step.weights[0]), d_in, acts.d_q.data(), s.in.rows, s.N, gradients);
+            linear_backward(*layer_linear(s.p, step.weights[1]), d_in, acts.d_k.data(), s.in.rows, s.N, gradients);
+            linear_backward(*layer_linear(s.p, step.weights[2]), d_in, acts.d_v.data(), s.in.rows, s.N, gradients);
+            return;
+        case BlockOp::gated_linears:
+            acts.d_gate.zero();
+            acts.d_up.zero();
+            swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_out, s.a.gate.data(), s.a.up.data(),
+                            static_cast<size_t>(s.N) * block_value_cols(step.out, s.c));
+            linear_backward(*layer_linear(s.p, step.weights[0]), d_in, acts.d_gate.data(), s.in.rows, s.N, gradients);
+            linear_backward(*layer_linear(s.p, step.weights[1]), d_in, acts.d_up.data(), s.in.rows, s.N, gradients);
+            return;
+        case BlockOp::residual_linear:
+            // d residual += d out: both are the stream's one gradient, so nothing to add.
+            linear_backward(*layer_linear(s.p, step.weights[0]), d_in, d_out, s.in.rows, s.N, gradients);
+            return;
+    }
+}
+
 double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, const int32_t* targets) {
     const ModelParameters& model = model_.host();
     const ModelConfig& c = model.config;
-    const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, D = c.head_dim();
+    const int N = acts.batch * acts.seq, C = c.dim;
     const ModelTensors& w = model.tensors;
     copy_to_device(acts.tokens.data(), tokens, static_cast<size_t>(N) * sizeof(int32_t));
     copy_to_device(acts.targets.data(), targets, static_cast<size_t>(N) * sizeof(int32_t));
@@ -234,52 +338,9 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
 
     float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
     embedding_forward(residual, acts.tokens.data(), model_.value(*w.token_embd), N, C);
-    for (int l = 0; l < c.n_layers; ++l) {
-        DeviceLayerActivations& a = acts.layers[l];
-        const LayerTensors& p = w.layers[l];
-        float* next = l + 1 < c.n_layers ? acts.layers[l + 1].input.data() : acts.final_input.data();
-
-        rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), model_.value(*p.attn_norm), N, C, c.norm_eps);
-        {
-            const Input in = prepare(*p.wq, a.ln1.data(), N);
-            linear_forward(*p.wq, a.q.data(), in, N);
-            linear_forward(*p.wk, a.k.data(), in, N);
-            linear_forward(*p.wv, a.v.data(), in, N);
-        }
-        rope_forward(a.q.data(), B, T, c.n_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
-        rope_forward(a.k.data(), B, T, c.n_kv_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
-        if (tensor_core_attention_) {
-            attention_tc_forward(gemm_, a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
-                                 c.n_kv_heads, D);
-        } else {
-            attention_forward(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
-                              c.n_kv_heads, D);
-        }
-        float* att_out = a.att.data();
-        if (c.subln) {
-            rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), model_.value(*p.attn_subnorm), N, C,
-                            c.norm_eps);
-            att_out = a.att_sub.data();
-        }
-        linear_forward(*p.wo, a.mid.data(), prepare(*p.wo, att_out, N), N);
-        add_in_place(a.mid.data(), a.input.data(), static_cast<size_t>(N) * C);
-
-        rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), model_.value(*p.ffn_norm), N, C, c.norm_eps);
-        {
-            const Input in = prepare(*p.w_gate, a.ln2.data(), N);
-            linear_forward(*p.w_gate, a.gate.data(), in, N);
-            linear_forward(*p.w_up, a.up.data(), in, N);
-        }
-        swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
-        float* ffn_in = a.h.data();
-        if (c.subln) {
-            rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), model_.value(*p.ffn_subnorm), N, F,
-                            c.norm_eps);
-            ffn_in = a.h_sub.data();
-        }
-        linear_forward(*p.w_down, next, prepare(*p.w_down, ffn_in, N), N);
-        add_in_place(next, a.mid.data(), static_cast<size_t>(N) * C);
-    }
+    const std::vector<BlockStep> block = decoder_block_steps(c);
+    for (int l = 0; l < c.n_layers; ++l)
+        for (const BlockStep& step : block) forward_step(acts, l, step);
     rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), model_.value(*w.output_norm), N, C,
                     c.norm_eps);
     linear_forward(*w.output, acts.logits.data(), prepare(*w.output, acts.lnf.data(), N), N);
@@ -290,13 +351,8 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
 void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gradients) {
     const ModelParameters& model = model_.host();
     const ModelConfig& c = model.config;
-    const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, D = c.head_dim();
+    const int N = acts.batch * acts.seq, V = c.vocab_size;
     const ModelTensors& w = model.tensors;
-    auto norm_backward = [&](const ParamTensor& gain, float* dx, const float* dout, const float* x, const float* rstd) {
-        rmsnorm_backward(dx, gradients + gain.flat_offset, dout, x, model_.value(gain), rstd, N, gain.cols,
-                         acts.norm_scratch.data());
-    };
 
     float* dlogits = acts.logits.data();  // in place, as the CPU
     cross_entropy_forward_backward(dlogits, acts.logits.data(), acts.targets.data(), N, V, grad_scale,
@@ -304,60 +360,16 @@ void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gr
     acts.d_c.zero();
     linear_backward(*w.output, acts.d_c.data(), dlogits, acts.lnf.data(), N, gradients);
     acts.d_residual.zero();
-    norm_backward(*w.output_norm, acts.d_residual.data(), acts.d_c.data(), acts.final_input.data(), acts.lnf_rstd.data());
+    rmsnorm_backward(acts.d_residual.data(), gradients + w.output_norm->flat_offset, acts.d_c.data(),
+                     acts.final_input.data(), model_.value(*w.output_norm), acts.lnf_rstd.data(), N, w.output_norm->cols,
+                     acts.norm_scratch.data());
 
-    for (int l = c.n_layers - 1; l >= 0; --l) {
-        DeviceLayerActivations& a = acts.layers[l];
-        const LayerTensors& p = w.layers[l];
-
-        const float* ffn_in = c.subln ? a.h_sub.data() : a.h.data();
-        acts.d_f.zero();
-        linear_backward(*p.w_down, acts.d_f.data(), acts.d_residual.data(), ffn_in, N, gradients);
-        float* d_h = acts.d_f.data();
-        if (c.subln) {
-            acts.d_gate.zero();  // borrowed as dL/dh
-            norm_backward(*p.ffn_subnorm, acts.d_gate.data(), acts.d_f.data(), a.h.data(), a.h_sub_rstd.data());
-            copy_on_device(acts.d_f.data(), acts.d_gate.data(), acts.d_f.bytes());
-        }
-        acts.d_gate.zero();
-        acts.d_up.zero();
-        swiglu_backward(acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
-        acts.d_c.zero();
-        linear_backward(*p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data(), N, gradients);
-        linear_backward(*p.w_up, acts.d_c.data(), acts.d_up.data(), a.ln2.data(), N, gradients);
-        norm_backward(*p.ffn_norm, acts.d_residual.data(), acts.d_c.data(), a.mid.data(), a.ln2_rstd.data());
-
-        const float* att_out = c.subln ? a.att_sub.data() : a.att.data();
-        acts.d_c.zero();
-        linear_backward(*p.wo, acts.d_c.data(), acts.d_residual.data(), att_out, N, gradients);
-        float* d_att = acts.d_c.data();
-        if (c.subln) {
-            acts.d_c2.zero();
-            norm_backward(*p.attn_subnorm, acts.d_c2.data(), acts.d_c.data(), a.att.data(), a.att_sub_rstd.data());
-            d_att = acts.d_c2.data();
-        }
-        acts.d_q.zero();
-        acts.d_k.zero();
-        acts.d_v.zero();
-        if (tensor_core_attention_) {
-            attention_tc_backward(gemm_, acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_att, a.lse.data(),
-                                  a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads, c.n_kv_heads, D);
-        } else {
-            attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), d_att, a.att.data(), a.lse.data(),
-                               a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads, c.n_kv_heads, D, acts.delta.data());
-        }
-        rope_backward(acts.d_q.data(), B, T, c.n_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
-        rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, acts.rope_cos.data(), acts.rope_sin.data());
-        float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now
-        zero_on_device(d_ln1, static_cast<size_t>(N) * C * sizeof(float));
-        linear_backward(*p.wq, d_ln1, acts.d_q.data(), a.ln1.data(), N, gradients);
-        linear_backward(*p.wk, d_ln1, acts.d_k.data(), a.ln1.data(), N, gradients);
-        linear_backward(*p.wv, d_ln1, acts.d_v.data(), a.ln1.data(), N, gradients);
-        norm_backward(*p.attn_norm, acts.d_residual.data(), d_ln1, a.input.data(), a.ln1_rstd.data());
-    }
+    const std::vector<BlockStep> block = decoder_block_steps(c);
+    for (int l = c.n_layers - 1; l >= 0; --l)
+        for (auto step = block.rbegin(); step != block.rend(); ++step) backward_step(acts, l, *step, gradients);
     const DeviceTokenGroups groups{acts.group_tokens.data(), acts.group_starts.data(), acts.group_positions.data(),
                                    acts.distinct_tokens};
-    embedding_backward(gradients + w.token_embd->flat_offset, acts.d_residual.data(), groups, C);
+    embedding_backward(gradients + w.token_embd->flat_offset, acts.d_residual.data(), groups, c.dim);
 }
 
 DeviceOptimizer::DeviceOptimizer(const OptimizerState& host, const ParamLayout& layout) {

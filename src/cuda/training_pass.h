@@ -1,5 +1,6 @@
 #pragma once
-// The training step on the GPU: model/llama.h's forward and backward, op by op, and the
+// The training step on the GPU: model/llama.h's forward and backward, the decoder block's steps
+// (model/decoder_block.h) one by one, and the
 // optimizer over a whole-model gradient, with the parameters, gradients, optimizer state and
 // activations in GPU memory (accounted by category, cuda/device_memory.h).
 //
@@ -21,6 +22,7 @@
 #include "cuda/device_memory.h"
 #include "cuda/gemm.h"
 #include "cuda/optimizer_update.h"
+#include "model/decoder_block.h"
 #include "model/parameters.h"
 #include "optim/optimizer_state.h"
 
@@ -87,6 +89,11 @@ private:
     void linear_backward(const ParamTensor& weight, float* din, const float* dout, const float* in, int rows,
                          float* gradients);
     void dense_weight(const ParamTensor& weight, float* out);
+    // One step of the decoder block (model/decoder_block.h) in `layer`: forward saves its output
+    // in acts; backward adds its part to its input's gradient and its weights' to gradients.
+    struct StepScope;
+    void forward_step(DeviceActivations& acts, int layer, const BlockStep& step);
+    void backward_step(DeviceActivations& acts, int layer, const BlockStep& step, float* gradients);
     // A product's operand: fp32 values, and under bf16 compute maybe their bf16 bits already, so
     // that an operand two products share is rounded once.
     struct Operand {

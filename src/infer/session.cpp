@@ -93,7 +93,8 @@ size_t KvCache::bytes() const {
 InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvCacheType cache_type)
     : model_(model),
       cache_(model.config, max_seq, cache_type),
-      rope_(max_seq, model.config.head_dim(), 0, model.config.rope_theta) {
+      rope_(max_seq, model.config.head_dim(), 0, model.config.rope_theta),
+      block_(decoder_block_steps(model.config)) {
     require(max_seq > 0 && max_seq <= model.config.seq_len,
             "a sequence of " + std::to_string(max_seq) + " tokens does not fit the model's context of " +
                 std::to_string(model.config.seq_len));
@@ -214,26 +215,35 @@ void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, con
     }
 }
 
-InferenceSession::ProductInput InferenceSession::prepare_input(const float* rows, const float* gain, int cols,
-                                                               const InferenceLinear& product, float* normed,
-                                                               Int8Rows& quantized, const RowShare& share) {
-    const size_t offset = static_cast<size_t>(share.first) * cols;
-    if (gain != nullptr) {
-        rmsnorm_forward_serial(normed + offset, share.scratch->rstd.data() + share.first, rows + offset, gain,
-                               share.last - share.first, cols, model_.config.norm_eps);
-        rows = normed;
+float* InferenceSession::value_rows(BlockValue value, RowScratch& rows) {
+    switch (value) {
+        case BlockValue::att: return att_.data();
+        case BlockValue::h: return h_.data();
+        case BlockValue::ln1:
+        case BlockValue::att_sub:
+        case BlockValue::ln2: return rows.normed.data();
+        case BlockValue::h_sub: return rows.h_sub.data();
+        default: return rows.x.data();  // the stream (input, mid, output), updated in place
     }
-    if (product.quantized()) {
-        for (int r = share.first; r < share.last; ++r)
-            quantized.scales[static_cast<size_t>(r)] =
-                quantize_row_int8(rows + static_cast<size_t>(r) * cols, cols, quantized.mutable_row(r),
-                                  &quantized.sums[static_cast<size_t>(r)]);
-    }
-    if (share.split) team_barrier_.arrive_and_wait();
-    return {rows, product.quantized() ? &quantized : nullptr};
 }
 
-void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int thread) {
+InferenceSession::ProductInput InferenceSession::prepare_input(BlockValue value, const InferenceLinear& product,
+                                                               const ThreadPart& part) {
+    const float* rows = value_rows(value, *part.rows.scratch);
+    Int8Rows* quantized = nullptr;
+    if (product.quantized()) {
+        const int cols = block_value_cols(value, model_.config);
+        quantized = cols == model_.config.dim ? &part.rows.scratch->dim_input : &part.rows.scratch->ffn_input;
+        for (int r = part.rows.first; r < part.rows.last; ++r)
+            quantized->scales[static_cast<size_t>(r)] =
+                quantize_row_int8(rows + static_cast<size_t>(r) * cols, cols, quantized->mutable_row(r),
+                                  &quantized->sums[static_cast<size_t>(r)]);
+    }
+    if (part.rows.split) team_barrier_.arrive_and_wait();
+    return {rows, quantized};
+}
+
+void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int thread, float* out) {
     const ModelConfig& c = model_.config;
     const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
     const int head_begin = kv_begin * group, head_end = kv_end * group;
@@ -262,7 +272,7 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
         rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, 0);
         rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, 0);
         store(*targets_[0].cache, 0, 0, n);
-        attention_forward_heads(att_.data(), q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
+        attention_forward_heads(out, q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
                                 head_begin, head_end, attention_scratch_[static_cast<size_t>(thread)].data());
         return;
     }
@@ -275,12 +285,12 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
         rope_forward_heads(q, 1, C, head_begin, head_end, rope_, pos);
         rope_forward_heads(k_.data() + i * kv_dim, 1, kv_dim, kv_begin, kv_end, rope_, pos);
         store(cache, pos, i, 1);
-        float* out = att_.data() + static_cast<size_t>(i) * C;
+        float* row_out = out + static_cast<size_t>(i) * C;
         if (cache.type == KvCacheType::f32) {
-            attention_decode(out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, pos,
+            attention_decode(row_out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, pos,
                              c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         } else {
-            attention_decode(out, q, cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
+            attention_decode(row_out, q, cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
                              cache.max_seq, pos, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         }
     }
@@ -288,56 +298,83 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
 
 void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads) {
     const ModelConfig& c = model_.config;
-    const int C = c.dim, F = c.ffn_dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
-    const RowShare share = split_rows ? RowShare{&shared_rows_, share_begin(n, threads, thread, 1),
-                                                 share_begin(n, threads, thread + 1, 1), true}
-                                      : RowShare{&per_thread_[static_cast<size_t>(thread)], 0, n, false};
-    RowScratch& rows = *share.scratch;
-    const size_t first_c = static_cast<size_t>(share.first) * C, count_c = static_cast<size_t>(share.count()) * C;
-    // This thread's kv heads, their query heads, and its columns of the feed-forward.
-    const int kv_begin = share_begin(c.n_kv_heads, threads, thread, 1);
-    const int kv_end = share_begin(c.n_kv_heads, threads, thread + 1, 1);
-    const int ffn_begin = share_begin(F, threads, thread, kShareAlign);
-    const int ffn_end = share_begin(F, threads, thread + 1, kShareAlign);
-    // With kv heads split evenly, a thread computes the q, k and v of its own heads and attends
-    // without waiting; otherwise the rows are split evenly and the threads meet first.
-    const bool qkv_by_heads = c.n_kv_heads % threads == 0;
+    ThreadPart part;
+    part.rows = split_rows ? RowShare{&shared_rows_, share_begin(n, threads, thread, 1),
+                                      share_begin(n, threads, thread + 1, 1), true}
+                           : RowShare{&per_thread_[static_cast<size_t>(thread)], 0, n, false};
+    part.n = n;
+    part.thread = thread;
+    part.threads = threads;
+    part.kv_begin = share_begin(c.n_kv_heads, threads, thread, 1);
+    part.kv_end = share_begin(c.n_kv_heads, threads, thread + 1, 1);
+    part.ffn_begin = share_begin(c.ffn_dim, threads, thread, kShareAlign);
+    part.ffn_end = share_begin(c.ffn_dim, threads, thread + 1, kShareAlign);
 
-    model_.embedding.lookup(tokens + share.first, share.count(), rows.x.data() + first_c);
-    for (int l = 0; l < c.n_layers; ++l) {
-        const InferenceLayer& w = model_.layers[static_cast<size_t>(l)];
+    model_.embedding.lookup(tokens + part.rows.first, part.rows.count(),
+                            part.rows.scratch->x.data() + static_cast<size_t>(part.rows.first) * c.dim);
+    for (int l = 0; l < c.n_layers; ++l)
+        for (const BlockStep& step : block_) run_step(step, l, part);
+}
 
-        // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
-        ProductInput input = prepare_input(rows.x.data(), w.attn_norm, C, w.wq, rows.normed.data(), rows.dim_input, share);
-        if (qkv_by_heads) {
-            multiply(w.wq, input, q_.data(), n, kv_begin * group * D, kv_end * group * D);
-            multiply(w.wk, input, k_.data(), n, kv_begin * D, kv_end * D);
-            multiply(w.wv, input, v_.data(), n, kv_begin * D, kv_end * D);
-        } else {
-            multiply_share({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, input, n, thread, threads);
+void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPart& part) {
+    const ModelConfig& c = model_.config;
+    const InferenceLayer& w = model_.layers[static_cast<size_t>(layer)];
+    const RowShare& share = part.rows;
+    const int n = part.n;
+    float* out = value_rows(step.out, *share.scratch);
+    switch (step.op) {
+        case BlockOp::rmsnorm: {
+            const int cols = block_value_cols(step.in, c);
+            const size_t offset = static_cast<size_t>(share.first) * cols;
+            rmsnorm_forward_serial(out + offset, share.scratch->rstd.data() + share.first,
+                                   value_rows(step.in, *share.scratch) + offset, layer_gain(w, step.weights[0]),
+                                   share.count(), cols, c.norm_eps);
+            return;
+        }
+        case BlockOp::attention: {
+            const InferenceLinear &wq = layer_linear(w, step.weights[0]), &wk = layer_linear(w, step.weights[1]),
+                                  &wv = layer_linear(w, step.weights[2]);
+            const ProductInput input = prepare_input(step.in, wq, part);
+            // With kv heads split evenly, a thread computes the q, k and v of its own heads and
+            // attends without waiting; otherwise the rows are split evenly and the threads meet first.
+            if (c.n_kv_heads % part.threads == 0) {
+                const int D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+                multiply(wq, input, q_.data(), n, part.kv_begin * group * D, part.kv_end * group * D);
+                multiply(wk, input, k_.data(), n, part.kv_begin * D, part.kv_end * D);
+                multiply(wv, input, v_.data(), n, part.kv_begin * D, part.kv_end * D);
+            } else {
+                multiply_share({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, input, n, part.thread,
+                               part.threads);
+                team_barrier_.arrive_and_wait();
+            }
+            attend(layer, n, part.kv_begin, part.kv_end, part.thread, out);
             team_barrier_.arrive_and_wait();
+            return;
         }
-        attend(l, n, kv_begin, kv_end, thread);
-        team_barrier_.arrive_and_wait();
-        input = prepare_input(att_.data(), w.attn_subnorm, C, w.wo, rows.normed.data(), rows.dim_input, share);
-        multiply_share({{&w.wo, proj_.data()}}, input, n, thread, threads);
-        team_barrier_.arrive_and_wait();
-        add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
-
-        // Feed-forward block: x + Wdown · SubLN(act(Wgate·n) * (Wup·n)), n = RMSNorm(x).
-        input = prepare_input(rows.x.data(), w.ffn_norm, C, w.w_gate, rows.normed.data(), rows.dim_input, share);
-        multiply(w.w_gate, input, gate_.data(), n, ffn_begin, ffn_end);
-        multiply(w.w_up, input, up_.data(), n, ffn_begin, ffn_end);
-        for (int i = 0; i < n; ++i) {
-            const size_t row = static_cast<size_t>(i) * F + ffn_begin;
-            gated_forward_serial(c.ffn_activation, h_.data() + row, gate_.data() + row, up_.data() + row,
-                                 ffn_end - ffn_begin);
+        case BlockOp::gated_linears: {
+            // Each thread its own columns of gate, up and out: the activation needs no meeting.
+            const InferenceLinear &w_gate = layer_linear(w, step.weights[0]), &w_up = layer_linear(w, step.weights[1]);
+            const ProductInput input = prepare_input(step.in, w_gate, part);
+            multiply(w_gate, input, gate_.data(), n, part.ffn_begin, part.ffn_end);
+            multiply(w_up, input, up_.data(), n, part.ffn_begin, part.ffn_end);
+            for (int i = 0; i < n; ++i) {
+                const size_t row = static_cast<size_t>(i) * c.ffn_dim + part.ffn_begin;
+                gated_forward_serial(c.ffn_activation, out + row, gate_.data() + row, up_.data() + row,
+                                     part.ffn_end - part.ffn_begin);
+            }
+            team_barrier_.arrive_and_wait();
+            return;
         }
-        team_barrier_.arrive_and_wait();
-        input = prepare_input(h_.data(), w.ffn_subnorm, F, w.w_down, rows.h_sub.data(), rows.ffn_input, share);
-        multiply_share({{&w.w_down, proj_.data()}}, input, n, thread, threads);
-        team_barrier_.arrive_and_wait();
-        add_rows(rows.x.data() + first_c, proj_.data() + first_c, count_c);
+        case BlockOp::residual_linear: {
+            // out and the residual are both the stream (value_rows): the product adds in place.
+            const InferenceLinear& weight = layer_linear(w, step.weights[0]);
+            multiply_share({{&weight, proj_.data()}}, prepare_input(step.in, weight, part), n, part.thread,
+                           part.threads);
+            team_barrier_.arrive_and_wait();
+            const size_t first = static_cast<size_t>(share.first) * c.dim;
+            add_rows(out + first, proj_.data() + first, static_cast<size_t>(share.count()) * c.dim);
+            return;
+        }
     }
 }
 

@@ -12,9 +12,10 @@
 // with a float head they agree to float rounding (test:
 // Inference.DecodingMatchesTheFullForwardAtEveryPosition).
 //
-// Threads: one team runs all blocks. Each thread owns a share of the kv heads (their q, k, v
-// rows, RoPE, cache writes and attention) and a share of every other product's weight rows,
-// so the threads meet four times per block, where a product needs all of another's outputs.
+// Threads: one team runs all blocks, each block the steps of model/decoder_block.h. Each thread
+// owns a share of the kv heads (their q, k, v rows, RoPE, cache writes and attention) and a
+// share of every other product's weight rows, so the threads meet four times per block, where a
+// product needs all of another's outputs.
 // Every output element is computed by one thread in a fixed order: the logits do not depend
 // on the thread count (test).
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "infer/inference_model.h"
 #include "kernels/int8_rows.h"
 #include "kernels/rope.h"
+#include "model/decoder_block.h"
 
 namespace dqt {
 
@@ -124,9 +126,23 @@ private:
     // Grows the scratch to n tokens: the shared products', and the row scratch of the mode the
     // run uses (one per thread of `team`, or the shared copy when the rows are split).
     void reserve(int n, int team, bool split_rows);
+    // One thread's part of the team's work: its rows of the elementwise work, its kv heads (their
+    // q, k, v rows, RoPE, cache writes and attention) and its columns of the feed-forward.
+    struct ThreadPart {
+        RowShare rows;
+        int n;  // token rows of the run
+        int thread, threads;
+        int kv_begin, kv_end;
+        int ffn_begin, ffn_end;
+    };
     // Thread `thread` of `threads`: the blocks of the forward over the n new tokens, the
     // elementwise rows split over the threads (shared_rows_) or repeated by each (per_thread_).
     void run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads);
+    // This thread's part of one step of the decoder block (model/decoder_block.h) in `layer`.
+    void run_step(const BlockStep& step, int layer, const ThreadPart& part);
+    // Where a value of the block lives: the stream and the norms' outputs in the row scratch,
+    // att and h in the team's shared buffers.
+    float* value_rows(BlockValue value, RowScratch& rows);
     // Rows [first_row, last_row) of w times the input, into those columns of out (n, w.rows).
     void multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n, int first_row,
                   int last_row) const;
@@ -138,10 +154,9 @@ private:
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
     void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n, int thread,
                         int threads) const;
-    // The share's rows of rows (n, cols) through an optional RMSNorm (gain null: none) into
-    // normed, then into quantized when `product` runs on the integer kernels.
-    ProductInput prepare_input(const float* rows, const float* gain, int cols, const InferenceLinear& product,
-                               float* normed, Int8Rows& quantized, const RowShare& share);
+    // The product's input: the value's rows, and this thread's share of them quantized to int8
+    // when `product` runs on the integer kernels; split rows meet here, the input whole.
+    ProductInput prepare_input(BlockValue value, const InferenceLinear& product, const ThreadPart& part);
     // Where row i of a run goes: the cache it is stored in and attends over, at position pos.
     struct RowTarget {
         KvCache* cache;
@@ -151,14 +166,16 @@ private:
     // one row per session), their logits into logits_; the caches' lengths are the caller's.
     void forward(const int32_t* tokens, int n, LogitRows rows);
     // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
-    // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then att_.
-    void attend(int layer, int n, int kv_begin, int kv_end, int thread);
+    // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then their
+    // attention into out (n, C).
+    void attend(int layer, int n, int kv_begin, int kv_end, int thread, float* out);
     // The products of the head over every thread, gemm for a dense one (model_forward's call).
     void run_head(const float* x, int n);
 
     const InferenceModel& model_;
     KvCache cache_;
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
+    std::vector<BlockStep> block_;    // the decoder block's steps (model/decoder_block.h)
     std::vector<RowTarget> targets_;  // (n) of the run under way
     bool fresh_prompt_ = false;       // the run is one sequence from position 0: attention_forward_heads
     bool one_row_products_ = false;   // a batch: dense products row by row (integer ones are exact anyway)

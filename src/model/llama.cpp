@@ -9,6 +9,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/decoder_block.h"
 #include "model/weight_access.h"
 
 namespace dqt {
@@ -71,66 +72,6 @@ Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : ba
     d_attention = Array<float>(scratch, attention_backward_scratch_floats(batch, seq, c.n_heads));
 }
 
-double model_forward(const ModelParameters& model, Activations& acts, bool with_targets) {
-    const ModelConfig& c = model.config;
-    const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, D = c.head_dim();
-    const ModelTensors& w = model.tensors;
-    auto value = [&](const ParamTensor* tensor) { return model.value(*tensor); };
-
-    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
-    weight_embedding_forward(model, *w.token_embd, residual, acts.tokens.data(), N);
-
-    for (int l = 0; l < c.n_layers; ++l) {
-        LayerActivations& a = acts.layers[l];
-        const LayerTensors& p = w.layers[l];
-        float* next = (l + 1 < c.n_layers) ? acts.layers[l + 1].input.data() : acts.final_input.data();
-
-        // Attention block: x + Wo · SubLN(Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)), n = RMSNorm(x).
-        rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), a.input.data(), value(p.attn_norm), N, C, c.norm_eps);
-        {
-            const LinearInput in(model, *p.wq, a.ln1.data(), N);  // q, k, v share one input and one method
-            weight_linear_forward(model, *p.wq, a.q.data(), in, N);
-            weight_linear_forward(model, *p.wk, a.k.data(), in, N);
-            weight_linear_forward(model, *p.wv, a.v.data(), in, N);
-        }
-        rope_forward(a.q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
-        rope_forward(a.k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
-        attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), B, T, c.n_heads,
-                          c.n_kv_heads, D);
-        float* att_out = a.att.data();
-        if (c.subln) {
-            rmsnorm_forward(a.att_sub.data(), a.att_sub_rstd.data(), a.att.data(), value(p.attn_subnorm), N, C,
-                            c.norm_eps);
-            att_out = a.att_sub.data();
-        }
-        weight_linear_forward(model, *p.wo, a.mid.data(), LinearInput(model, *p.wo, att_out, N), N);
-        add_in_place(a.mid.data(), a.input.data(), static_cast<size_t>(N) * C);
-
-        // Feed-forward block: mid + Wdown · SubLN(silu(Wgate·n) * (Wup·n)), n = RMSNorm(mid).
-        rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), value(p.ffn_norm), N, C, c.norm_eps);
-        {
-            const LinearInput in(model, *p.w_gate, a.ln2.data(), N);
-            weight_linear_forward(model, *p.w_gate, a.gate.data(), in, N);
-            weight_linear_forward(model, *p.w_up, a.up.data(), in, N);
-        }
-        gated_forward(c.ffn_activation, a.h.data(), a.gate.data(), a.up.data(), static_cast<size_t>(N) * F);
-        float* ffn_in = a.h.data();
-        if (c.subln) {
-            rmsnorm_forward(a.h_sub.data(), a.h_sub_rstd.data(), a.h.data(), value(p.ffn_subnorm), N, F, c.norm_eps);
-            ffn_in = a.h_sub.data();
-        }
-        weight_linear_forward(model, *p.w_down, next, LinearInput(model, *p.w_down, ffn_in, N), N);
-        add_in_place(next, a.mid.data(), static_cast<size_t>(N) * C);
-    }
-
-    rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), value(w.output_norm), N, C,
-                    c.norm_eps);
-    weight_linear_forward(model, *w.output, acts.logits.data(), LinearInput(model, *w.output, acts.lnf.data(), N), N);
-    if (!with_targets) return 0.0;
-    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f);
-}
-
 namespace {
 
 // The backward of one use of a parameter, piece by piece as gradient_piece_rows says.
@@ -177,12 +118,132 @@ private:
     int N_;
 };
 
+// The training executor of the decoder block (model/decoder_block.h) for one layer: forward
+// saves every value in the layer's activations, backward takes the steps in reverse.
+class TrainingLayer {
+public:
+    TrainingLayer(const ModelParameters& model, Activations& acts, int layer)
+        : model_(model), c_(model.config), acts_(acts), a_(acts.layers[static_cast<size_t>(layer)]),
+          p_(model.tensors.layers[static_cast<size_t>(layer)]), layer_(layer), N_(acts.batch * acts.seq) {}
+
+    void forward(const BlockStep& step) {
+        const int B = acts_.batch, T = acts_.seq, D = c_.head_dim();
+        const SavedValue in = saved(step.in), out = saved(step.out);
+        switch (step.op) {
+            case BlockOp::rmsnorm:
+                rmsnorm_forward(out.rows, out.rstd, in.rows, model_.value(*gain(step)), N_, cols(step.in),
+                                c_.norm_eps);
+                return;
+            case BlockOp::attention: {
+                const LinearInput input(model_, *linear(step, 0), in.rows, N_);  // q, k, v share one input
+                weight_linear_forward(model_, *linear(step, 0), a_.q.data(), input, N_);
+                weight_linear_forward(model_, *linear(step, 1), a_.k.data(), input, N_);
+                weight_linear_forward(model_, *linear(step, 2), a_.v.data(), input, N_);
+                rope_forward(a_.q.data(), B, T, c_.n_heads, D, 0, c_.rope_theta);
+                rope_forward(a_.k.data(), B, T, c_.n_kv_heads, D, 0, c_.rope_theta);
+                attention_forward(out.rows, a_.probs.data(), a_.q.data(), a_.k.data(), a_.v.data(), B, T, c_.n_heads,
+                                  c_.n_kv_heads, D);
+                return;
+            }
+            case BlockOp::gated_linears: {
+                const LinearInput input(model_, *linear(step, 0), in.rows, N_);
+                weight_linear_forward(model_, *linear(step, 0), a_.gate.data(), input, N_);
+                weight_linear_forward(model_, *linear(step, 1), a_.up.data(), input, N_);
+                gated_forward(c_.ffn_activation, out.rows, a_.gate.data(), a_.up.data(), count(step.out));
+                return;
+            }
+            case BlockOp::residual_linear:
+                weight_linear_forward(model_, *linear(step, 0), out.rows, LinearInput(model_, *linear(step, 0), in.rows, N_),
+                                      N_);
+                add_in_place(out.rows, saved(step.residual).rows, count(step.out));
+                return;
+        }
+    }
+
+    // The gradient of step.out is in gradient(step.out); this adds the step's part to
+    // gradient(step.in) and hands its weights' gradients to the pass.
+    void backward(const BlockStep& step, BackwardPass& pass) {
+        const int B = acts_.batch, T = acts_.seq, D = c_.head_dim();
+        const SavedValue in = saved(step.in), out = saved(step.out);
+        float* d_in = gradient(step.in);
+        float* d_out = gradient(step.out);
+        // A stream value's gradient already holds what flows along the stream: it accumulates.
+        if (!on_residual_stream(step.in)) std::memset(d_in, 0, count(step.in) * sizeof(float));
+        switch (step.op) {
+            case BlockOp::rmsnorm:
+                pass.rmsnorm(*gain(step), d_in, d_out, in.rows, out.rstd);
+                return;
+            case BlockOp::attention:
+                zero(acts_.d_q);
+                zero(acts_.d_k);
+                zero(acts_.d_v);
+                attention_backward(acts_.d_q.data(), acts_.d_k.data(), acts_.d_v.data(), acts_.d_attention.data(), d_out,
+                                   a_.q.data(), a_.k.data(), a_.v.data(), a_.probs.data(), B, T, c_.n_heads,
+                                   c_.n_kv_heads, D);
+                rope_backward(acts_.d_q.data(), B, T, c_.n_heads, D, 0, c_.rope_theta);
+                rope_backward(acts_.d_k.data(), B, T, c_.n_kv_heads, D, 0, c_.rope_theta);
+                pass.linear(*linear(step, 0), d_in, acts_.d_q.data(), in.rows);
+                pass.linear(*linear(step, 1), d_in, acts_.d_k.data(), in.rows);
+                pass.linear(*linear(step, 2), d_in, acts_.d_v.data(), in.rows);
+                return;
+            case BlockOp::gated_linears:
+                zero(acts_.d_gate);
+                zero(acts_.d_up);
+                gated_backward(c_.ffn_activation, acts_.d_gate.data(), acts_.d_up.data(), d_out, a_.gate.data(),
+                               a_.up.data(), count(step.out));
+                pass.linear(*linear(step, 0), d_in, acts_.d_gate.data(), in.rows);
+                pass.linear(*linear(step, 1), d_in, acts_.d_up.data(), in.rows);
+                return;
+            case BlockOp::residual_linear:
+                // d residual += d out: both are the stream's one gradient, so nothing to add.
+                pass.linear(*linear(step, 0), d_in, d_out, in.rows);
+                return;
+        }
+    }
+
+private:
+    SavedValue saved(BlockValue value) const { return saved_value(acts_, layer_, value); }
+    float* gradient(BlockValue value) const { return value_gradient(acts_, value); }
+    const ParamTensor* gain(const BlockStep& step) const { return layer_gain(p_, step.weights[0]); }
+    const ParamTensor* linear(const BlockStep& step, int i) const {
+        return layer_linear(p_, step.weights[static_cast<size_t>(i)]);
+    }
+    int cols(BlockValue value) const { return block_value_cols(value, c_); }
+    size_t count(BlockValue value) const { return static_cast<size_t>(N_) * cols(value); }
+
+    const ModelParameters& model_;
+    const ModelConfig& c_;
+    Activations& acts_;
+    LayerActivations& a_;
+    const LayerTensors& p_;
+    int layer_, N_;
+};
+
 }  // namespace
+
+double model_forward(const ModelParameters& model, Activations& acts, bool with_targets) {
+    const ModelConfig& c = model.config;
+    const int N = acts.batch * acts.seq, C = c.dim;
+    const ModelTensors& w = model.tensors;
+
+    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
+    weight_embedding_forward(model, *w.token_embd, residual, acts.tokens.data(), N);
+    const std::vector<BlockStep> block = decoder_block_steps(c);
+    for (int l = 0; l < c.n_layers; ++l) {
+        TrainingLayer layer(model, acts, l);
+        for (const BlockStep& step : block) layer.forward(step);
+    }
+
+    rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), model.value(*w.output_norm), N, C,
+                    c.norm_eps);
+    weight_linear_forward(model, *w.output, acts.logits.data(), LinearInput(model, *w.output, acts.lnf.data(), N), N);
+    if (!with_targets) return 0.0;
+    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f);
+}
 
 void model_backward(ModelParameters& model, Activations& acts, float grad_scale, GradientSink& sink) {
     const ModelConfig& c = model.config;
-    const int B = acts.batch, T = acts.seq, N = B * T;
-    const int C = c.dim, F = c.ffn_dim, V = c.vocab_size, D = c.head_dim();
+    const int N = acts.batch * acts.seq, V = c.vocab_size;
     const ModelTensors& w = model.tensors;
     BackwardPass pass(model, sink, N);
 
@@ -197,53 +258,10 @@ void model_backward(ModelParameters& model, Activations& acts, float grad_scale,
     pass.rmsnorm(*w.output_norm, acts.d_residual.data(), acts.d_c.data(), acts.final_input.data(),
                  acts.lnf_rstd.data());
 
+    const std::vector<BlockStep> block = decoder_block_steps(c);
     for (int l = c.n_layers - 1; l >= 0; --l) {
-        LayerActivations& a = acts.layers[l];
-        const LayerTensors& p = w.layers[l];
-
-        // Feed-forward block. d_residual carries dL/d(next) and becomes dL/d(mid).
-        const float* ffn_in = c.subln ? a.h_sub.data() : a.h.data();
-        zero(acts.d_f);
-        pass.linear(*p.w_down, acts.d_f.data(), acts.d_residual.data(), ffn_in);
-        const float* d_h = acts.d_f.data();
-        if (c.subln) {
-            zero(acts.d_gate);  // borrowed as dL/dh
-            pass.rmsnorm(*p.ffn_subnorm, acts.d_gate.data(), acts.d_f.data(), a.h.data(), a.h_sub_rstd.data());
-            std::memcpy(acts.d_f.data(), acts.d_gate.data(), acts.d_f.bytes());
-            d_h = acts.d_f.data();
-        }
-        zero(acts.d_gate);
-        zero(acts.d_up);
-        gated_backward(c.ffn_activation, acts.d_gate.data(), acts.d_up.data(), d_h, a.gate.data(), a.up.data(),
-                        static_cast<size_t>(N) * F);
-        zero(acts.d_c);
-        pass.linear(*p.w_gate, acts.d_c.data(), acts.d_gate.data(), a.ln2.data());
-        pass.linear(*p.w_up, acts.d_c.data(), acts.d_up.data(), a.ln2.data());
-        pass.rmsnorm(*p.ffn_norm, acts.d_residual.data(), acts.d_c.data(), a.mid.data(), a.ln2_rstd.data());
-
-        // Attention block. d_residual becomes dL/d(input).
-        const float* att_out = c.subln ? a.att_sub.data() : a.att.data();
-        zero(acts.d_c);
-        pass.linear(*p.wo, acts.d_c.data(), acts.d_residual.data(), att_out);
-        float* d_att = acts.d_c.data();
-        if (c.subln) {
-            zero(acts.d_c2);
-            pass.rmsnorm(*p.attn_subnorm, acts.d_c2.data(), acts.d_c.data(), a.att.data(), a.att_sub_rstd.data());
-            d_att = acts.d_c2.data();
-        }
-        zero(acts.d_q);
-        zero(acts.d_k);
-        zero(acts.d_v);
-        attention_backward(acts.d_q.data(), acts.d_k.data(), acts.d_v.data(), acts.d_attention.data(), d_att,
-                           a.q.data(), a.k.data(), a.v.data(), a.probs.data(), B, T, c.n_heads, c.n_kv_heads, D);
-        rope_backward(acts.d_q.data(), B, T, c.n_heads, D, 0, c.rope_theta);
-        rope_backward(acts.d_k.data(), B, T, c.n_kv_heads, D, 0, c.rope_theta);
-        float* d_ln1 = c.subln ? acts.d_c.data() : acts.d_c2.data();  // whichever is free now
-        std::memset(d_ln1, 0, static_cast<size_t>(N) * C * sizeof(float));
-        pass.linear(*p.wq, d_ln1, acts.d_q.data(), a.ln1.data());
-        pass.linear(*p.wk, d_ln1, acts.d_k.data(), a.ln1.data());
-        pass.linear(*p.wv, d_ln1, acts.d_v.data(), a.ln1.data());
-        pass.rmsnorm(*p.attn_norm, acts.d_residual.data(), d_ln1, a.input.data(), a.ln1_rstd.data());
+        TrainingLayer layer(model, acts, l);
+        for (auto step = block.rbegin(); step != block.rend(); ++step) layer.backward(*step, pass);
     }
 
     pass.embedding(*w.token_embd, acts.d_residual.data(), acts.tokens.data());

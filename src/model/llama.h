@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "model/decoder_block.h"
 #include "model/gradient_sink.h"
 #include "model/parameters.h"
 
@@ -57,6 +58,46 @@ struct Activations {
 
     Activations(const ModelConfig& config, int batch, int seq);
 };
+
+// Where the training forward saves a value of the decoder block (model/decoder_block.h) in
+// layer `layer`: its rows, and the rstd of the RMSNorm that made it (norm outputs only). Generic
+// over Activations and the GPU's DeviceActivations, whose fields are named alike.
+struct SavedValue {
+    float* rows;
+    float* rstd;
+};
+template <typename SavedActivations>
+SavedValue saved_value(SavedActivations& acts, int layer, BlockValue value) {
+    auto& a = acts.layers[static_cast<size_t>(layer)];
+    switch (value) {
+        case BlockValue::input: return {a.input.data(), nullptr};
+        case BlockValue::ln1: return {a.ln1.data(), a.ln1_rstd.data()};
+        case BlockValue::att: return {a.att.data(), nullptr};
+        case BlockValue::att_sub: return {a.att_sub.data(), a.att_sub_rstd.data()};
+        case BlockValue::mid: return {a.mid.data(), nullptr};
+        case BlockValue::ln2: return {a.ln2.data(), a.ln2_rstd.data()};
+        case BlockValue::h: return {a.h.data(), nullptr};
+        case BlockValue::h_sub: return {a.h_sub.data(), a.h_sub_rstd.data()};
+        case BlockValue::output: break;
+    }
+    const size_t next = static_cast<size_t>(layer) + 1;
+    return {next == acts.layers.size() ? acts.final_input.data() : acts.layers[next].input.data(), nullptr};
+}
+
+// A value's gradient in the backward's scratch. Values whose gradients are never live at once
+// share a buffer: h_sub's is dead before the gated step's backward fills d_gate.
+template <typename SavedActivations>
+float* value_gradient(SavedActivations& acts, BlockValue value) {
+    switch (value) {
+        case BlockValue::ln1:
+        case BlockValue::att_sub:
+        case BlockValue::ln2: return acts.d_c.data();
+        case BlockValue::att: return acts.d_c2.data();
+        case BlockValue::h: return acts.d_f.data();
+        case BlockValue::h_sub: return acts.d_gate.data();
+        default: return acts.d_residual.data();  // the stream: input, mid, output
+    }
+}
 
 // Forward over tokens (B, T) already copied into acts.tokens. If targets are given
 // (acts.targets filled, with_targets true) returns the summed cross-entropy in nats over all
