@@ -24,7 +24,7 @@ int weight_count(const BlockStep& step) {
     }
 }
 
-TEST(DecoderBlock, EveryStepReadsValuesWrittenBeforeItAndWritesANewOne) {
+TEST(DecoderBlock, EveryStepReadsValuesWrittenBeforeItAndWritesANewOneThatIsRead) {
     for (const bool subln : {true, false}) {
         SCOPED_TRACE(subln ? "SubLN" : "no SubLN");
         const std::vector<BlockStep> steps = decoder_block_steps(block_config(subln));
@@ -43,6 +43,12 @@ TEST(DecoderBlock, EveryStepReadsValuesWrittenBeforeItAndWritesANewOne) {
         }
         ASSERT_FALSE(steps.empty());
         EXPECT_EQ(steps.back().out, BlockValue::output);
+        for (size_t i = 0; i + 1 < steps.size(); ++i) {
+            bool read_later = false;
+            for (size_t j = i + 1; j < steps.size(); ++j)
+                read_later = read_later || steps[j].in == steps[i].out || steps[j].residual == steps[i].out;
+            EXPECT_TRUE(read_later) << "step " << i << " writes a value no later step reads";
+        }
         EXPECT_EQ(written.count(BlockValue::att_sub), subln ? 1u : 0u);
         EXPECT_EQ(written.count(BlockValue::h_sub), subln ? 1u : 0u);
     }
