@@ -1,12 +1,10 @@
 #pragma once
 // The `dqt` subcommands. Each registers its options on a CLI11 subcommand and runs when
 // that subcommand was chosen.
-#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/method.h"
 #include "model/parameters.h"
@@ -21,18 +19,9 @@ void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_export_command(CLI::App& app);
-void add_bench_command(CLI::App& app);
-void add_bench_memory_command(CLI::App& bench);    // under `bench`
-void add_bench_generate_command(CLI::App& bench);  // under `bench`
-void add_bench_serve_command(CLI::App& bench);     // under `bench`
-// The inference benchmarks' random model shapes: "154m" (the default) and "2b" (BitNet b1.58
-// 2B4T's blocks and vocabulary size); dqt::Error for another name (cmd_bench_generate.cpp).
-ModelConfig bench_model_config(const std::string& preset);
-// The random model's tokenizer: bytes for a 256-entry vocabulary, else a synthetic byte-level
-// BPE of the config's size (data/synthetic_bpe.h).
-std::unique_ptr<Tokenizer> bench_tokenizer(const ModelConfig& config);
-// --preset NAME for the benchmarks' random model.
-void add_bench_preset_flag(CLI::App& command, std::string& preset);
+void add_bench_command(CLI::App& app);  // `dqt bench` and its subcommands: bench/commands/
+
+// The flags below are shared with the `dqt bench` subcommands (bench/commands/).
 
 // Model-shape flags shared by train and bench (--config, --dim, --layers, ...).
 void add_model_flags(CLI::App& command, ModelConfig& config, std::string& config_path);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_commands.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/parallel.h"

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_commands.h"
 #include "commands.h"
 #include "core/cpu_cache.h"
 #include "core/error.h"

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_commands.h"
 #include "commands.h"
 #include "model_files.h"
 #include "core/cpu_cache.h"
