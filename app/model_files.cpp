@@ -45,6 +45,11 @@ InferenceFile load_inference_file(const std::string& path) {
         return {std::make_unique<InferenceModel>(*opened.tensors), std::move(opened.tokenizer), opened.data_dir, 0,
                 std::move(opened.special)};
     }
+    if (!is_hf_folder(path)) {
+        OpenedCheckpoint opened = open_model_checkpoint(path);
+        return {std::make_unique<InferenceModel>(*opened.tensors), std::move(opened.tokenizer), opened.options.data_dir,
+                opened.step, opened.options.special_tokens};
+    }
     ModelFile file = load_model_file(path);
     return inference_file_from(file);
 }

@@ -23,9 +23,9 @@ struct ModelFile {
 // bytes, anything else as a checkpoint.
 ModelFile load_model_file(const std::string& path);
 
-// A model file as inference runs it (generate, eval, serve). A GGUF file is read tensor by tensor
-// straight into the inference model, the one copy of its weights a load makes; a checkpoint or a
-// Hugging Face folder goes through ModelParameters, freed once the inference model is built.
+// A model file as inference runs it (generate, eval, serve). A GGUF file or a checkpoint is read
+// tensor by tensor straight into the inference model, the one copy of its weights a load makes;
+// a Hugging Face folder goes through ModelParameters, freed once the inference model is built.
 struct InferenceFile {
     std::unique_ptr<InferenceModel> model;
     std::unique_ptr<Tokenizer> tokenizer;

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/dataset.h"
+#include "infer/inference_model.h"
 #include "data/shard.h"
 #include "io/checkpoint.h"
 #include "optim/fused_update.h"
@@ -445,5 +446,77 @@ TEST(Train, AnotherTokenizerOfTheSameSizeIsRefusedByEvalAndResume) {
         ADD_FAILURE() << "resumed on a replaced dataset";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("different tokenizer"), std::string::npos) << e.what();
+    }
+}
+
+// A checkpoint read tensor by tensor straight into the inference model (generate, eval, serve)
+// builds what the path through ModelParameters builds, byte for byte, without a second copy of
+// the weights; a damaged tensor is refused in one line, as the full load refuses it.
+TEST(ModelCheckpoint, TheInferenceLoadBuildsTheSameModelWithoutASecondCopy) {
+    TempDir dir("checkpoint-inference-load");
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    const auto method = [](Method kind, int bits, bool ends) {
+        MethodConfig m;
+        m.kind = kind;
+        m.grid = CodeGrid{bits};
+        m.quantize_embedding = m.quantize_head = ends;
+        m.validate();
+        return m;
+    };
+    const struct {
+        const char* what;
+        MethodConfig method;
+        bool tied;
+    } cases[] = {
+        {"fp, untied", method(Method::fp, 1, false), false},
+        {"fp, tied", method(Method::fp, 1, false), true},
+        {"bitnet", method(Method::bitnet, 1, false), false},
+        {"dqt 1.58 bits", method(Method::dqt, 1, false), true},
+        {"dqt 4 bits, quantized ends", method(Method::dqt, 4, true), false},
+        {"dqt 1.58 bits, quantized ends", method(Method::dqt, 1, true), false},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.what);
+        TrainOptions options = tiny_train_options(dir / "run");
+        options.model.tie_embeddings = c.tied;
+        options.method = c.method;
+        ModelParameters model(options.model, options.method);
+        model.initialize(seed);
+        const OptimizerState state(model.layout, StateDtype::fp32);
+        const std::string path = dir / "checkpoint.dqt";
+        save_training_checkpoint(path, options, TrainingPosition{7, 0.5}, model, state, *make_byte_tokenizer());
+        size_t largest = 0;
+        for (const ParamTensor& t : model.layout.tensors) largest = std::max(largest, t.count());
+
+        std::unique_ptr<InferenceModel> direct, through;
+        int step = 0;
+        const LoadPeak direct_peak = inference_load_peak([&] {
+            const OpenedCheckpoint opened = open_model_checkpoint(path);
+            direct = std::make_unique<InferenceModel>(*opened.tensors);
+            step = opened.step;
+        });
+        const LoadPeak through_peak =
+            inference_load_peak([&] { through = std::make_unique<InferenceModel>(*load_model_checkpoint(path).model); });
+        expect_same_inference_model(*direct, *through);
+        EXPECT_EQ(step, 7);
+        const int64_t one_tensor = static_cast<int64_t>(largest * sizeof(float));
+        EXPECT_LE(direct_peak.extra_bytes, one_tensor);
+        // What the bound tells apart: the path through ModelParameters holds a whole second copy.
+        if (c.method.kind == Method::fp) {
+            EXPECT_GT(through_peak.extra_bytes, one_tensor);
+        }
+    }
+
+    // A flipped byte inside a tensor: the whole-file checksum refuses the file before any tensor is read.
+    std::string bytes = read_bytes(dir / "checkpoint.dqt");
+    bytes[bytes.size() / 2] ^= 0x01;
+    std::ofstream(dir / "damaged.dqt", std::ios::binary) << bytes;
+    try {
+        open_model_checkpoint(dir / "damaged.dqt");
+        ADD_FAILURE() << "a damaged checkpoint opened";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("damaged.dqt"), std::string::npos) << e.what();
     }
 }

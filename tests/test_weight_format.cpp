@@ -115,7 +115,7 @@ TEST(WeightFormat, ReadsAgreeWithThePerElementReference) {
             const int row_begin = t.rows > 1 ? std::uniform_int_distribution<int>(1, t.rows - 1)(rng) : 0;
             const size_t first = static_cast<size_t>(row_begin) * t.cols, count = t.count() - first;
             std::vector<float> forward(count);
-            traits.read_forward(model, t, first, count, forward.data());
+            traits.read_forward(model.stored(t), t, first, count, forward.data());
             for (size_t i = 0; i < count; ++i) {
                 ASSERT_NEAR(forward[i], expected[first + i], 1e-6 * std::fabs(expected[first + i])) << "element " << i;
             }
@@ -126,12 +126,12 @@ TEST(WeightFormat, ReadsAgreeWithThePerElementReference) {
                 ASSERT_NEAR(stored[i], as_stored, 1e-6 * std::fabs(as_stored)) << "element " << i;
             }
             if (!traits.quantized) {
-                EXPECT_THROW(traits.weight_scale(model, t), Error);
+                EXPECT_THROW(traits.weight_scale(model.stored(t), t), Error);
                 continue;
             }
-            const float weight_scale = traits.weight_scale(model, t);
+            const float weight_scale = traits.weight_scale(model.stored(t), t);
             std::vector<int8_t> q(count);
-            traits.read_integers(model, t, weight_scale, first, count, q.data());
+            traits.read_integers(model.stored(t), t, weight_scale, first, count, q.data());
             for (size_t i = 0; i < count; ++i) {
                 if (traits.ternary_integers) {
                     ASSERT_LE(std::abs(q[i]), 1);

@@ -39,7 +39,7 @@ MethodConfig method_of(Method kind, int bits = 1) {
 
 std::vector<float> stored(const ModelParameters& model, const ParamTensor& tensor) {
     std::vector<float> out(tensor.count());
-    tensor.traits().read_stored(model, tensor, 0, tensor.count(), out.data());
+    tensor.traits().read_stored(model.stored(tensor), tensor, 0, tensor.count(), out.data());
     return out;
 }
 

@@ -320,7 +320,7 @@ GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& to
         code_scales.push_back(t.stores_codes() ? model.scale(t) : 0.0f);
         if (t.stores_codes() && t.role == TensorRole::block_linear) {
             std::vector<int8_t> codes(t.count());
-            t.traits().read_integers(model, t, t.traits().weight_scale(model, t), 0, t.count(), codes.data());
+            t.traits().read_integers(model.stored(t), t, t.traits().weight_scale(model.stored(t), t), 0, t.count(), codes.data());
             codes = rows_in_file_order(codes, t.rows, t.cols, c.head_dim(), permute);
             GgufTensor tensor =
                 code_tensor(name, t, codes, t.traits().ternary_integers, options, summary.ternary_fallbacks);

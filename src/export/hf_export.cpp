@@ -119,7 +119,7 @@ std::vector<SafetensorsTensor> hf_tensors(const ModelParameters& model) {
         if (!t.stores_codes()) continue;
         tensors.push_back({hf_codes_name(t.name), "I8", shape, [&model, &t, head_dim, permute] {
                                std::vector<int8_t> codes(t.count());
-                               t.traits().read_integers(model, t, t.traits().weight_scale(model, t), 0, t.count(),
+                               t.traits().read_integers(model.stored(t), t, t.traits().weight_scale(model.stored(t), t), 0, t.count(),
                                                         codes.data());
                                return as_bytes(rows_in_file_order(codes, t.rows, t.cols, head_dim, permute));
                            }});

@@ -1,7 +1,7 @@
 #pragma once
 // A model as inference runs it (infer/session.h), built explicitly from a TensorSource
-// (model/tensor_source.h) tensor by tensor: the live parameters of a training run, a checkpoint
-// loaded into them, or a GGUF file read straight into this model's layout. Every
+// (model/tensor_source.h) tensor by tensor: the live parameters of a training run, or a
+// checkpoint or GGUF file read straight into this model's layout. Every
 // linear is held in the form its products run in:
 //   ternary: packed 2-bit codes for the ternary x int8 kernels (bitnet; dqt at 1.58 bits);
 //   int8:    int8 codes for the int8 x int8 kernels (dqt at 2..8 bits);

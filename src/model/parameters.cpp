@@ -127,7 +127,12 @@ float ModelParameters::initial_draw(uint64_t seed, const ParamTensor& tensor, si
 }
 
 void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {
-    tensor.traits().read_stored(*this, tensor, 0, tensor.count(), out);
+    tensor.traits().read_stored(stored(tensor), tensor, 0, tensor.count(), out);
+}
+
+StoredTensor ModelParameters::stored(const ParamTensor& tensor) const {
+    if (!tensor.stores_codes()) return {value(tensor), nullptr, 0.0f, method.grid};
+    return {nullptr, code(tensor), scale(tensor), method.grid};
 }
 
 }  // namespace dqt

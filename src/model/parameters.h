@@ -99,6 +99,8 @@ public:
     float* value(const ParamTensor& tensor) const { return values.data() + tensor.value_offset; }
     uint8_t* code(const ParamTensor& tensor) const { return codes.data() + tensor.code_offset; }
     float& scale(const ParamTensor& tensor) const { return scales[static_cast<size_t>(tensor.tensor_id)]; }
+    // The tensor as its weight format's reads take it (model/weight_format.h).
+    StoredTensor stored(const ParamTensor& tensor) const;
 
     // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
     // tensors are snapped once onto their grid with the absmean scale (docs/METHOD.md section 2).

@@ -2,7 +2,8 @@
 // A model's tensors, read one at a time. An inference model is built from a TensorSource
 // tensor by tensor (infer/inference_model.h), so a model file need not become a whole
 // ModelParameters first: a load holds the model it builds and one tensor beside it.
-// Sources: live ModelParameters (infer/inference_model.cpp) and GGUF files (export/gguf_model.h).
+// Sources: live ModelParameters (infer/inference_model.cpp), GGUF files (export/gguf_model.h) and
+// training checkpoints (train/model_checkpoint.h).
 #include <cstdint>
 #include <memory>
 

@@ -28,20 +28,20 @@ DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor
     }
     const size_t count = static_cast<size_t>(row_end - row_begin) * tensor.cols;
     scratch_ = Array<float>(MemCategory::scratch, count);
-    tensor.traits().read_forward(model, tensor, first, count, scratch_.data());
+    tensor.traits().read_forward(model.stored(tensor), tensor, first, count, scratch_.data());
     if (bf16) round_to_bf16_in_place(scratch_.data(), count);
     data_ = scratch_.data();
 }
 
 float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight) {
-    return weight.traits().weight_scale(model, weight);
+    return weight.traits().weight_scale(model.stored(weight), weight);
 }
 
 void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
                           int row_end, int8_t* q) {
     const size_t first = static_cast<size_t>(row_begin) * weight.cols;
     const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
-    weight.traits().read_integers(model, weight, weight_scale, first, count, q);
+    weight.traits().read_integers(model.stored(weight), weight, weight_scale, first, count, q);
 }
 
 LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows)
@@ -173,7 +173,7 @@ void weight_embedding_forward(const ModelParameters& model, const ParamTensor& e
     const WeightFormatTraits& traits = embedding.traits();
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < count; ++i) {
-        traits.read_forward(model, embedding, static_cast<size_t>(tokens[i]) * C, static_cast<size_t>(C),
+        traits.read_forward(model.stored(embedding), embedding, static_cast<size_t>(tokens[i]) * C, static_cast<size_t>(C),
                             out + static_cast<size_t>(i) * C);
     }
 }

@@ -15,50 +15,50 @@ size_t float_bytes(size_t count) { return count * sizeof(float); }
 size_t ternary_code_bytes(size_t count) { return code_bytes(CodeGrid{1}, count); }
 size_t int_code_bytes(size_t count) { return count; }
 
-void read_values(const ModelParameters& model, const ParamTensor& tensor, size_t first, size_t count, float* out) {
-    std::memcpy(out, model.value(tensor) + first, count * sizeof(float));
+void read_values(const StoredTensor& stored, const ParamTensor& tensor, size_t first, size_t count, float* out) {
+    std::memcpy(out, stored.values + first, count * sizeof(float));
 }
 
 // bitnet's gamma is the whole tensor's mean |W|, whichever elements are read.
-float latent_gamma(const ModelParameters& model, const ParamTensor& tensor) {
-    return static_cast<float>(mean_abs(model.value(tensor), tensor.count()));
+float latent_gamma(const StoredTensor& stored, const ParamTensor& tensor) {
+    return static_cast<float>(mean_abs(stored.values, tensor.count()));
 }
 
-void read_ternarized_latents(const ModelParameters& model, const ParamTensor& tensor, size_t first, size_t count,
+void read_ternarized_latents(const StoredTensor& stored, const ParamTensor& tensor, size_t first, size_t count,
                              float* out) {
-    ternarize_with_gamma(out, model.value(tensor) + first, count, latent_gamma(model, tensor));
+    ternarize_with_gamma(out, stored.values + first, count, latent_gamma(stored, tensor));
 }
 
-void read_latent_integers(const ModelParameters& model, const ParamTensor& tensor, float gamma, size_t first,
+void read_latent_integers(const StoredTensor& stored, const ParamTensor& tensor, float gamma, size_t first,
                           size_t count, int8_t* q) {
-    ternary_codes_with_gamma(q, model.value(tensor) + first, count, gamma);
+    ternary_codes_with_gamma(q, stored.values + first, count, gamma);
 }
 
 // The packed codes from element `first` on; `first` starts a whole byte.
-const uint8_t* codes_from(const ModelParameters& model, const ParamTensor& tensor, size_t first) {
-    return model.code(tensor) + code_bytes(model.method.grid, first);
+const uint8_t* codes_from(const StoredTensor& stored, size_t first) {
+    return stored.codes + code_bytes(stored.grid, first);
 }
 
-void read_dequantized_codes(const ModelParameters& model, const ParamTensor& tensor, size_t first, size_t count,
+void read_dequantized_codes(const StoredTensor& stored, const ParamTensor& tensor, size_t first, size_t count,
                             float* out) {
-    dequantize_codes(out, codes_from(model, tensor, first), count, model.method.grid, model.scale(tensor));
+    dequantize_codes(out, codes_from(stored, first), count, stored.grid, stored.scale);
 }
 
-float code_weight_scale(const ModelParameters& model, const ParamTensor& tensor) { return 1.0f / model.scale(tensor); }
+float code_weight_scale(const StoredTensor& stored, const ParamTensor&) { return 1.0f / stored.scale; }
 
-void read_code_integers(const ModelParameters& model, const ParamTensor& tensor, float, size_t first, size_t count,
+void read_code_integers(const StoredTensor& stored, const ParamTensor& tensor, float, size_t first, size_t count,
                         int8_t* q) {
-    const uint8_t* codes = codes_from(model, tensor, first);
-    const CodeGrid& grid = model.method.grid;
+    const uint8_t* codes = codes_from(stored, first);
+    const CodeGrid& grid = stored.grid;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < count; ++i) q[i] = static_cast<int8_t>(read_code(codes, grid, i));
 }
 
-[[noreturn]] float no_weight_scale(const ModelParameters&, const ParamTensor& tensor) {
+[[noreturn]] float no_weight_scale(const StoredTensor&, const ParamTensor& tensor) {
     throw Error("weight_scale: " + tensor.name + " is stored in fp32 and read as it is, not as integers");
 }
 
-[[noreturn]] void no_integers(const ModelParameters&, const ParamTensor& tensor, float, size_t, size_t, int8_t*) {
+[[noreturn]] void no_integers(const StoredTensor&, const ParamTensor& tensor, float, size_t, size_t, int8_t*) {
     throw Error("read_integers: " + tensor.name + " is stored in fp32 and read as it is, not as integers");
 }
 

@@ -17,12 +17,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/codes.h"
+
 namespace dqt {
 
-class ModelParameters;
 struct ParamTensor;
 struct MethodConfig;
 enum class TensorRole;
+
+// One tensor as it is stored, wherever that is (ModelParameters::stored, or a tensor read from a
+// checkpoint file on its own): its fp32 values or its packed codes with their scale.
+struct StoredTensor {
+    const float* values = nullptr;   // (count) fp32-stored formats
+    const uint8_t* codes = nullptr;  // (stored_bytes(count)) coded formats
+    float scale = 0.0f;              // coded formats: W = q / scale
+    CodeGrid grid;                   // coded formats
+};
 
 enum class WeightFormat { f32, ternary_latent, ternary_codes, int_codes };
 
@@ -36,15 +46,13 @@ struct WeightFormatTraits {
     // out (count) = elements [first, first + count) as real numbers, `first` on a whole stored
     // byte (a multiple of 4 for ternary_codes): as stored (bitnet: the latents), and as the
     // forward reads them (bitnet: their ternary projection; the others: as stored).
-    void (*read_stored)(const ModelParameters& model, const ParamTensor& tensor, size_t first, size_t count,
-                        float* out);
-    void (*read_forward)(const ModelParameters& model, const ParamTensor& tensor, size_t first, size_t count,
-                         float* out);
+    void (*read_stored)(const StoredTensor& stored, const ParamTensor& tensor, size_t first, size_t count, float* out);
+    void (*read_forward)(const StoredTensor& stored, const ParamTensor& tensor, size_t first, size_t count, float* out);
     // The factor of the integer form, W = q * weight_scale (quantized formats only).
-    float (*weight_scale)(const ModelParameters& model, const ParamTensor& tensor);
+    float (*weight_scale)(const StoredTensor& stored, const ParamTensor& tensor);
     // q (count) = the integers of elements [first, first + count), given weight_scale(...)
     // (bitnet's integers depend on it, and it is a pass over the whole tensor).
-    void (*read_integers)(const ModelParameters& model, const ParamTensor& tensor, float weight_scale, size_t first,
+    void (*read_integers)(const StoredTensor& stored, const ParamTensor& tensor, float weight_scale, size_t first,
                           size_t count, int8_t* q);
 };
 

@@ -45,12 +45,12 @@ void transfer_weights(const ModelParameters& source, ModelParameters& target) {
                     std::to_string(in.cols) + ") does not match this run's " + out.name + " (" +
                     std::to_string(out.rows) + " x " + std::to_string(out.cols) + ")");
         if (!out.stores_codes()) {
-            in.traits().read_stored(source, in, 0, in.count(), target.value(out));
+            in.traits().read_stored(source.stored(in), in, 0, in.count(), target.value(out));
             continue;
         }
         // The source's real values in scratch, freed when this tensor is done.
         Array<float> dense(MemCategory::scratch, in.count());
-        in.traits().read_stored(source, in, 0, in.count(), dense.data());
+        in.traits().read_stored(source.stored(in), in, 0, in.count(), dense.data());
         if (out.format == WeightFormat::ternary_codes) {
             const TernaryRule rule = in.format == WeightFormat::ternary_latent ? TernaryRule::absmean : TernaryRule::twn;
             target.scale(out) = ternarize_onto_codes(target.code(out), dense.data(), out.count(), rule);

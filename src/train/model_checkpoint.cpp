@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "kernels/float16_widen.h"
 
 namespace dqt {
 
@@ -251,6 +254,80 @@ CheckpointRun read_checkpoint_run(const std::string& path) {
     run.tokenizer = read_tokenizer(reader, metadata.tokenizer_kind, path);
     run.step = metadata.position.step;
     return run;
+}
+
+namespace {
+
+// A checkpoint's parameters, each read from the file in its stored form when asked and turned
+// into what the caller wants by its weight format's reads (model/weight_format.h), as the same
+// tensor held in a ModelParameters would be.
+class CheckpointSource : public TensorSource {
+public:
+    CheckpointSource(std::unique_ptr<CheckpointReader> reader, const TrainOptions& options)
+        : reader_(std::move(reader)),
+          config_(options.model),
+          method_(options.method),
+          layout_(make_param_layout(config_, method_)),
+          tensors_(bind_tensors(config_, layout_)) {}
+    const ModelConfig& config() const override { return config_; }
+    const MethodConfig& method() const override { return method_; }
+    const ModelTensors& tensors() const override { return tensors_; }
+
+    void read_values(const ParamTensor& t, float* out) const override {
+        reader_->read("param." + t.name, "f32", shape_of(t), out, t.count() * sizeof(float));
+    }
+    // The whole tensor is read (a checkpoint's tensors are read and checksummed whole); trained
+    // fp32 weights fail within the first values, and read_values reads them again.
+    Array<Float16> read_halves(const ParamTensor& t) const override {
+        Array<float> values(MemCategory::weights, t.count());
+        read_values(t, values.data());
+        Float16 probe[256];
+        if (!narrow_f16_exactly(values.data(), probe, std::min<size_t>(std::size(probe), t.count()))) return {};
+        Array<Float16> halves(MemCategory::weights, t.count());
+        if (!narrow_f16_exactly(values.data(), halves.data(), t.count())) return {};
+        return halves;
+    }
+    IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
+        StoredTensor stored{nullptr, nullptr, 0.0f, method_.grid};
+        Array<float> values;
+        Array<uint8_t> codes;
+        if (t.stores_codes()) {
+            const size_t bytes = t.traits().stored_bytes(t.count());
+            codes = Array<uint8_t>(MemCategory::weights, bytes);
+            reader_->read("codes." + t.name, "u8", {static_cast<int64_t>(bytes)}, codes.data(), bytes);
+            reader_->read("scale." + t.name, "f32", {1}, &stored.scale, sizeof(float));
+            stored.codes = codes.data();
+        } else {
+            values = Array<float>(MemCategory::weights, t.count());
+            read_values(t, values.data());
+            stored.values = values.data();
+        }
+        const IntegerScales scales{t.traits().weight_scale(stored, t), stored.scale};
+        t.traits().read_integers(stored, t, scales.weight_scale, 0, t.count(), q);
+        return scales;
+    }
+
+private:
+    std::unique_ptr<CheckpointReader> reader_;
+    ModelConfig config_;
+    MethodConfig method_;
+    ParamLayout layout_;
+    ModelTensors tensors_;
+};
+
+}  // namespace
+
+OpenedCheckpoint open_model_checkpoint(const std::string& path) {
+    auto reader = std::make_unique<CheckpointReader>(path);
+    RunMetadata metadata = read_run_metadata(*reader, path);
+    OpenedCheckpoint opened;
+    opened.options = std::move(metadata.options);
+    opened.step = metadata.position.step;
+    opened.tokenizer = read_tokenizer(*reader, metadata.tokenizer_kind, path);
+    require(opened.tokenizer->vocab_size() == opened.options.model.vocab_size,
+            "checkpoint " + path + ": tokenizer vocabulary does not match the model's vocab_size");
+    opened.tensors = std::make_unique<CheckpointSource>(std::move(reader), opened.options);
+    return opened;
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {

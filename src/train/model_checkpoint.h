@@ -8,6 +8,7 @@
 #include "data_parallel/shard_plan.h"
 #include "io/background_checkpoint.h"
 #include "model/parameters.h"
+#include "model/tensor_source.h"
 #include "optim/optimizer_state.h"
 #include "train/options.h"
 
@@ -55,6 +56,16 @@ struct LoadedModel {
 
 // Model and tokenizer only, no optimizer state (eval, generate, export).
 LoadedModel load_model_checkpoint(const std::string& path);
+// The same with the model as a TensorSource (model/tensor_source.h) that reads each tensor from
+// the file when asked: an InferenceModel built from it holds one copy of the weights. The file is
+// checked as load_model_checkpoint checks it before anything is read.
+struct OpenedCheckpoint {
+    std::unique_ptr<TensorSource> tensors;
+    std::unique_ptr<Tokenizer> tokenizer;
+    TrainOptions options;
+    int step = 0;
+};
+OpenedCheckpoint open_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
 // config (resume); returns where the run stood.
 TrainingPosition load_training_state(const std::string& path, ModelParameters& model, OptimizerState& state);

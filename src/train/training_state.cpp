@@ -52,7 +52,7 @@ void TrainingState::start_all_residuals(const ModelParameters* initial) {
         Array<float> real(MemCategory::scratch, moments.count);
         if (initial) {
             const ParamTensor& source = initial->layout.tensors[static_cast<size_t>(tensor.tensor_id)];
-            source.traits().read_stored(*initial, source, moments.first, moments.count, real.data());
+            source.traits().read_stored(initial->stored(source), source, moments.first, moments.count, real.data());
         } else {
             for (size_t i = 0; i < moments.count; ++i) real[i] = model.initial_draw(options_.seed, tensor, moments.first + i);
         }
