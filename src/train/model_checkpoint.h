@@ -47,11 +47,17 @@ void start_training_checkpoint(BackgroundCheckpointWriter& writer, const std::st
 void reserve_training_checkpoint(BackgroundCheckpointWriter& writer, const TrainOptions& options,
                                  const ModelParameters& model, const OptimizerState& state, const Tokenizer& tokenizer);
 
-struct LoadedModel {
-    std::unique_ptr<ModelParameters> model;
-    std::unique_ptr<Tokenizer> tokenizer;
+// What a resume needs to know before it allocates anything, from one read of the file: the
+// run's options (checked against the stored tensors), its tokenizer and the steps done.
+struct CheckpointRun {
     TrainOptions options;
+    std::unique_ptr<Tokenizer> tokenizer;
     int step = 0;
+};
+CheckpointRun read_checkpoint_run(const std::string& path);
+
+struct LoadedModel : CheckpointRun {
+    std::unique_ptr<ModelParameters> model;
 };
 
 // Model and tokenizer only, no optimizer state (eval, generate, export).
@@ -59,11 +65,8 @@ LoadedModel load_model_checkpoint(const std::string& path);
 // The same with the model as a TensorSource (model/tensor_source.h) that reads each tensor from
 // the file when asked: an InferenceModel built from it holds one copy of the weights. The file is
 // checked as load_model_checkpoint checks it before anything is read.
-struct OpenedCheckpoint {
+struct OpenedCheckpoint : CheckpointRun {
     std::unique_ptr<TensorSource> tensors;
-    std::unique_ptr<Tokenizer> tokenizer;
-    TrainOptions options;
-    int step = 0;
 };
 OpenedCheckpoint open_model_checkpoint(const std::string& path);
 // Restores parameters and optimizer state into existing objects built from the same
@@ -77,13 +80,5 @@ TrainingPosition load_training_state(const std::string& path, ModelParameters& m
 // checkpoint holds none for this rank count: they stay zero.
 bool load_communication_state(const std::string& path, const ShardPlan& plan, int rank, Array<float>* residual,
                               Array<float>* master);
-// What a resume needs to know before it allocates anything, from one read of the file: the
-// run's options (checked against the stored tensors), its tokenizer and the steps done.
-struct CheckpointRun {
-    TrainOptions options;
-    std::unique_ptr<Tokenizer> tokenizer;
-    int step = 0;
-};
-CheckpointRun read_checkpoint_run(const std::string& path);
 
 }  // namespace dqt
