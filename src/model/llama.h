@@ -1,7 +1,8 @@
 #pragma once
-// The LLaMA decoder's training forward and backward, written out op by op (llm.c style).
-// Activations for one micro-batch of (B, T) tokens live in `Activations`; backward hands
-// every gradient to a GradientSink.
+// The LLaMA decoder's training forward and backward (llm.c style): each layer runs the decoder
+// block's steps (model/decoder_block.h), forward in order, backward in reverse. Activations for
+// one micro-batch of (B, T) tokens live in `Activations`; backward hands every gradient to a
+// GradientSink.
 #include <cstdint>
 #include <vector>
 
