@@ -77,7 +77,7 @@ void run(CLI::App& command, TrainArgs& args) {
             const bool allowed = name == "--out" || name == "--threads" || name == "--resume" ||
                                  name == "--stop-after" || name == "--no-sample" || name == "--quiet" ||
                                  name == "--code-stats-every" || name == "--on-nonfinite" ||
-                                 name == "--async-checkpoint" || name == "--device" ||
+                                 name == "--async-checkpoint" || name == "--device" || name == "--recompute" ||
                                  name == "--prompt" || name == "--help";
             require(allowed || option->count() == 0,
                     name + " cannot be combined with --resume: the run continues with the settings in its checkpoint");
@@ -157,6 +157,9 @@ void add_train_command(CLI::App& app) {
             "where the training step runs: cpu, or cuda (a GPU, in a build with cmake -DDQT_CUDA=ON; evaluation and "
             "checkpoints stay on the CPU, and a run resumes on either device)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
+    command->add_flag("--recompute", o.recompute,
+                      "with --device cuda: save each layer's input only and recompute the layer in the backward "
+                      "(one layer's activations in GPU memory instead of all, for about a third more compute)");
     command->add_flag("--fused-update", o.fused_update,
                       "update each weight as soon as its gradient is ready: no whole-model gradient buffer "
                       "(clips with the previous step's norm; needs --grad-accum 1)");

@@ -5,8 +5,9 @@
 // Prints one JSON line per figure. Needs a GPU.
 //
 //     build-cuda/bench_cuda [tokens=16384] [train]
-//     build-cuda/bench_cuda 16384 train dqt-1.58 bf16 [STEPS=4]   one method's training steps only;
-//         the timed steps sit between cudaProfilerStart and Stop, for a kernel profile of them:
+//     build-cuda/bench_cuda 16384 train dqt-1.58 bf16 [STEPS=4] [recompute]   one method's training
+//         steps only (recompute: --recompute's activations, each layer's input saved and the rest
+//         recomputed); the timed steps sit between cudaProfilerStart and Stop, for a kernel profile:
 //         ncu --profile-from-start off --metrics gpu__time_duration.sum --csv build-cuda/bench_cuda ...
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -64,7 +65,8 @@ DeviceArray<float> random_device(size_t count, std::mt19937_64& rng, float sprea
 // Steps of the paper's 130M model (dim 768, 12 layers, 12 heads, FFN 2048, vocab 32000, seq
 // 1024), `tokens` a step: tokens/s over 4 steps after 2 warm-ups, and the device's peak by category.
 // only_method, only_compute: one configuration ("" for all); timed_steps after two warm-up steps.
-void train_steps(int tokens, const std::string& only_method, const std::string& only_compute, int timed_steps) {
+void train_steps(int tokens, const std::string& only_method, const std::string& only_compute, int timed_steps,
+                 bool recompute) {
     ModelConfig config;
     config.dim = 768;
     config.n_layers = 12;
@@ -102,7 +104,7 @@ void train_steps(int tokens, const std::string& only_method, const std::string& 
             const int64_t before = device_peak_total_bytes();
             DeviceModel device(host);
             DeviceOptimizer optimizer(OptimizerState(host.layout, state), host.layout);
-            DeviceActivations acts(config, B, T);
+            DeviceActivations acts(config, B, T, recompute);
             TrainingPass pass(device);
             DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
             double loss = 0.0;
@@ -122,8 +124,9 @@ void train_steps(int tokens, const std::string& only_method, const std::string& 
             cudaProfilerStop();
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::printf("{\"figure\": \"train_step\", \"method\": \"%s\", \"compute\": \"%s\", \"state\": \"%s\", "
-                        "\"tokens\": %d, \"tokens_per_s\": %.0f, \"loss\": %.4f, \"peak_mib\": %.0f",
-                        label, compute_dtype_name(compute), state_dtype_bits(state), N, timed_steps * static_cast<double>(N) / seconds, loss,
+                        "\"recompute\": %s, \"tokens\": %d, \"tokens_per_s\": %.0f, \"loss\": %.4f, \"peak_mib\": %.0f",
+                        label, compute_dtype_name(compute), state_dtype_bits(state), recompute ? "true" : "false", N,
+                        timed_steps * static_cast<double>(N) / seconds, loss,
                         (device_peak_total_bytes() - before) / 1048576.0);
             for (int c = 0; c < kMemCategoryCount; ++c) {
                 std::printf(", \"%s_mib\": %.0f", mem_category_name(static_cast<MemCategory>(c)),
@@ -256,7 +259,8 @@ int main(int argc, char** argv) {
         std::printf("{\"device\": \"%s\", \"multiprocessors\": %d, \"l2_mib\": %.0f}\n", info.name.c_str(),
                     info.multiprocessors, info.l2_bytes / 1048576.0);
         if (argc > 3) {  // one configuration's training steps only
-            train_steps(tokens, argv[3], argc > 4 ? argv[4] : "", argc > 5 ? std::atoi(argv[5]) : 4);
+            train_steps(tokens, argv[3], argc > 4 ? argv[4] : "", argc > 5 ? std::atoi(argv[5]) : 4,
+                        argc > 6 && std::string(argv[6]) == "recompute");
             return 0;
         }
         std::mt19937_64 rng(1);
@@ -264,7 +268,7 @@ int main(int argc, char** argv) {
         bench_updates(copy_gbs, rng);
         bench_gemms(tokens, rng);
         bench_attention(tokens, rng);
-        if (argc > 2 && std::string(argv[2]) == "train") train_steps(tokens, "", "", 4);
+        if (argc > 2 && std::string(argv[2]) == "train") train_steps(tokens, "", "", 4, false);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "dqt: error: %s\n", e.what());
         return 1;

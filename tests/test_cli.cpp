@@ -108,6 +108,7 @@ TEST(Cli, DeviceCudaWithoutACudaBuildIsOneLine) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --device cuda"), "built without CUDA");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --device tpu"), "--device");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --device cuda --fused-update"), "drop --fused-update");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --recompute"), "drop --recompute");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     EXPECT_FALSE(std::filesystem::exists(out + "/config.json"));
 }

@@ -29,7 +29,8 @@ DeviceMemoryPlan plan_device_memory(const ModelParameters& model, const Optimize
         plan.optimizer += device_block_bytes(moments.residual.size());
     }
     plan.gradients = device_block_bytes(model.layout.total * sizeof(float));
-    plan.activations = DeviceActivations::planned_bytes(options.model, options.batch, options.model.seq_len);
+    plan.activations =
+        DeviceActivations::planned_bytes(options.model, options.batch, options.model.seq_len, options.recompute);
     return plan;
 }
 
@@ -59,7 +60,7 @@ public:
           options_(options),
           model_(model),
           optimizer_(state, model.layout),
-          acts_(options.model, options.batch, options.model.seq_len),
+          acts_(options.model, options.batch, options.model.seq_len, options.recompute),
           pass_(model_),
           gradients_(MemCategory::gradients, model.layout.total),
           norm_scratch_(MemCategory::scratch, sum_of_squares_scratch_doubles(model.layout.total)),

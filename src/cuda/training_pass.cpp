@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/attention_tc.h"
@@ -49,33 +50,47 @@ void DeviceModel::copy_to(ModelParameters& host) const {
     copy_to_host(host.scales.data(), scales_.data(), scales_.bytes());
 }
 
-DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int seq_len) : batch(batch_size), seq(seq_len) {
+namespace {
+
+// A layer's saved values but its input (which recompute keeps per layer).
+void allocate_layer_values(DeviceLayerActivations& a, const ModelConfig& c, size_t N, size_t lse_count) {
+    const size_t C = c.dim, F = c.ffn_dim, KV = c.kv_dim();
+    const MemCategory act = MemCategory::activations;
+    a.ln1 = device_array<float>(act, N * C);
+    a.ln1_rstd = device_array<float>(act, N);
+    a.q = device_array<float>(act, N * C);
+    a.k = device_array<float>(act, N * KV);
+    a.v = device_array<float>(act, N * KV);
+    a.lse = device_array<float>(act, lse_count);
+    a.att = device_array<float>(act, N * C);
+    if (c.subln) {
+        a.att_sub = device_array<float>(act, N * C);
+        a.att_sub_rstd = device_array<float>(act, N);
+        a.h_sub = device_array<float>(act, N * F);
+        a.h_sub_rstd = device_array<float>(act, N);
+    }
+    a.mid = device_array<float>(act, N * C);
+    a.ln2 = device_array<float>(act, N * C);
+    a.ln2_rstd = device_array<float>(act, N);
+    a.gate = device_array<float>(act, N * F);
+    a.up = device_array<float>(act, N * F);
+    a.h = device_array<float>(act, N * F);
+}
+
+}  // namespace
+
+DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int seq_len, bool recompute_layers)
+    : batch(batch_size), seq(seq_len), recompute(recompute_layers) {
     const size_t N = static_cast<size_t>(batch) * seq;
     const size_t C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), H = c.n_heads;
+    const size_t lse_count = static_cast<size_t>(batch) * H * seq;
     const MemCategory act = MemCategory::activations, scratch = MemCategory::scratch;
     layers.resize(c.n_layers);
     for (DeviceLayerActivations& a : layers) {
         a.input = device_array<float>(act, N * C);
-        a.ln1 = device_array<float>(act, N * C);
-        a.ln1_rstd = device_array<float>(act, N);
-        a.q = device_array<float>(act, N * C);
-        a.k = device_array<float>(act, N * KV);
-        a.v = device_array<float>(act, N * KV);
-        a.lse = device_array<float>(act, batch * H * seq);
-        a.att = device_array<float>(act, N * C);
-        if (c.subln) {
-            a.att_sub = device_array<float>(act, N * C);
-            a.att_sub_rstd = device_array<float>(act, N);
-            a.h_sub = device_array<float>(act, N * F);
-            a.h_sub_rstd = device_array<float>(act, N);
-        }
-        a.mid = device_array<float>(act, N * C);
-        a.ln2 = device_array<float>(act, N * C);
-        a.ln2_rstd = device_array<float>(act, N);
-        a.gate = device_array<float>(act, N * F);
-        a.up = device_array<float>(act, N * F);
-        a.h = device_array<float>(act, N * F);
+        if (!recompute) allocate_layer_values(a, c, N, lse_count);
     }
+    if (recompute) allocate_layer_values(lent, c, N, lse_count);
     final_input = device_array<float>(act, N * C);
     lnf = device_array<float>(act, N * C);
     lnf_rstd = device_array<float>(act, N);
@@ -102,16 +117,24 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     rope_sin = to_device(scratch, table.sin.data(), table.sin.size());
 }
 
-size_t DeviceActivations::planned_bytes(const ModelConfig& c, int batch, int seq) {
+size_t DeviceActivations::planned_bytes(const ModelConfig& c, int batch, int seq, bool recompute) {
     const size_t N = static_cast<size_t>(batch) * seq;
     const size_t C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), H = c.n_heads;
     auto floats = [](size_t count) { return device_block_bytes(count * sizeof(float)); };
-    // input, ln1, q, att, mid, ln2 (N x C); k, v (N x KV); gate, up, h (N x F); two rstd (N); lse
-    size_t layer = 6 * floats(N * C) + 2 * floats(N * KV) + 3 * floats(N * F) + 2 * floats(N) + floats(N * H);
-    if (c.subln) layer += floats(N * C) + floats(N * F) + 2 * floats(N);  // att_sub, h_sub and their rstd
+    const size_t input = floats(N * C);
+    // ln1, q, att, mid, ln2 (N x C); k, v (N x KV); gate, up, h (N x F); two rstd (N); lse
+    size_t values = 5 * floats(N * C) + 2 * floats(N * KV) + 3 * floats(N * F) + 2 * floats(N) + floats(N * H);
+    if (c.subln) values += floats(N * C) + floats(N * F) + 2 * floats(N);  // att_sub, h_sub and their rstd
+    const size_t layers = recompute ? c.n_layers * input + values : c.n_layers * (input + values);
     // final_input, lnf, lnf_rstd, logits; tokens, targets and their groups (int32)
     auto ints = [](size_t count) { return device_block_bytes(count * sizeof(int32_t)); };
-    return c.n_layers * layer + 2 * floats(N * C) + floats(N) + floats(N * V) + 4 * ints(N) + ints(N + 1);
+    return layers + 2 * floats(N * C) + floats(N) + floats(N * V) + 4 * ints(N) + ints(N + 1);
+}
+
+void DeviceActivations::lend_values(int layer) {
+    DeviceLayerActivations& a = layers[static_cast<size_t>(layer)];
+    std::swap(a, lent);
+    std::swap(a.input, lent.input);  // the input stays the layer's
 }
 
 // What LinearInput (model/weight_access.h) prepares: for a quantized weight the int8 rows a and
@@ -219,6 +242,28 @@ void TrainingPass::linear_backward(const ParamTensor& weight, float* din, const 
     product(d_out, true, in, false, gradients + weight.flat_offset, O, I, rows, 1.0f);
 }
 
+namespace {
+
+// Under recompute, the layer being computed holds the one set of saved values (all but its
+// input) for the scope's life.
+class LentValues {
+public:
+    LentValues(DeviceActivations& acts, int layer) : acts_(acts), layer_(layer) {
+        if (acts_.recompute) acts_.lend_values(layer_);
+    }
+    ~LentValues() {
+        if (acts_.recompute) acts_.lend_values(layer_);
+    }
+    LentValues(const LentValues&) = delete;
+    LentValues& operator=(const LentValues&) = delete;
+
+private:
+    DeviceActivations& acts_;
+    const int layer_;
+};
+
+}  // namespace
+
 // What one step of the decoder block in a layer works on: the shapes, the layer's tensors and
 // saved activations, and where the step's input and output are saved.
 struct TrainingPass::StepScope {
@@ -233,7 +278,7 @@ struct TrainingPass::StepScope {
     const SavedValue in, out;
 };
 
-void TrainingPass::forward_step(DeviceActivations& acts, int layer, const BlockStep& step) {
+void TrainingPass::forward_step(DeviceActivations& acts, int layer, const BlockStep& step, bool recomputing) {
     const StepScope s(model_.host(), acts, layer, step);
     const size_t out_count = static_cast<size_t>(s.N) * block_value_cols(step.out, s.c);
     switch (step.op) {
@@ -269,7 +314,11 @@ void TrainingPass::forward_step(DeviceActivations& acts, int layer, const BlockS
         }
         case BlockOp::residual_linear: {
             const ParamTensor& weight = *layer_linear(s.p, step.weights[0]);
-            linear_forward(weight, s.out.rows, prepare(weight, s.in.rows, s.N), s.N);
+            const Input input = prepare(weight, s.in.rows, s.N);
+            // Recomputed, the block's output is the next layer's saved input already: only the
+            // input's rounding in place (prepare) is wanted again, for the weight's gradient.
+            if (recomputing && step.out == BlockValue::output) return;
+            linear_forward(weight, s.out.rows, input, s.N);
             add_in_place(s.out.rows, saved_value(acts, layer, step.residual).rows, out_count);
             return;
         }
@@ -339,8 +388,10 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
     float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
     embedding_forward(residual, acts.tokens.data(), model_.value(*w.token_embd), N, C);
     const std::vector<BlockStep> block = decoder_block_steps(c);
-    for (int l = 0; l < c.n_layers; ++l)
-        for (const BlockStep& step : block) forward_step(acts, l, step);
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LentValues values(acts, l);
+        for (const BlockStep& step : block) forward_step(acts, l, step, false);
+    }
     rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), model_.value(*w.output_norm), N, C,
                     c.norm_eps);
     linear_forward(*w.output, acts.logits.data(), prepare(*w.output, acts.lnf.data(), N), N);
@@ -365,8 +416,12 @@ void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gr
                      acts.norm_scratch.data());
 
     const std::vector<BlockStep> block = decoder_block_steps(c);
-    for (int l = c.n_layers - 1; l >= 0; --l)
+    for (int l = c.n_layers - 1; l >= 0; --l) {
+        const LentValues values(acts, l);
+        if (acts.recompute)
+            for (const BlockStep& step : block) forward_step(acts, l, step, true);
         for (auto step = block.rbegin(); step != block.rend(); ++step) backward_step(acts, l, *step, gradients);
+    }
     const DeviceTokenGroups groups{acts.group_tokens.data(), acts.group_starts.data(), acts.group_positions.data(),
                                    acts.distinct_tokens};
     embedding_backward(gradients + w.token_embd->flat_offset, acts.d_residual.data(), groups, c.dim);

@@ -55,7 +55,13 @@ struct DeviceLayerActivations {
 
 struct DeviceActivations {
     int batch = 0, seq = 0;
+    // recompute: each layer saves only its input; the rest of a layer's values are one set
+    // (`lent`), which the layer being computed holds (lend_values), and the backward recomputes
+    // a layer's forward into it before taking its steps back. One layer's activations in place
+    // of n_layers', for one more forward of the block.
+    bool recompute = false;
     std::vector<DeviceLayerActivations> layers;
+    DeviceLayerActivations lent;  // recompute only: every value but the input
     DeviceArray<float> final_input, lnf, lnf_rstd, logits, row_loss;
     DeviceArray<int32_t> tokens, targets;
     // The micro-batch's positions grouped by token (cuda/kernels.h's TokenGroups, capacity N each)
@@ -65,10 +71,12 @@ struct DeviceActivations {
     DeviceArray<float> d_residual, d_c, d_c2, d_q, d_k, d_v, d_f, d_gate, d_up, delta, norm_scratch;
     DeviceArray<float> rope_cos, rope_sin;  // (seq, head_dim / 2), kernels/rope.h's table
 
-    DeviceActivations(const ModelConfig& config, int batch, int seq);
+    DeviceActivations(const ModelConfig& config, int batch, int seq, bool recompute = false);
     // The bytes of the activations category the constructor allocates (the ledger's blocks): the
     // memory plan checks them against the device's free memory before anything is allocated.
-    static size_t planned_bytes(const ModelConfig& config, int batch, int seq);
+    static size_t planned_bytes(const ModelConfig& config, int batch, int seq, bool recompute = false);
+    // recompute: gives layer `layer` the lent values, or takes them back (the same call again).
+    void lend_values(int layer);
 };
 
 class TrainingPass {
@@ -90,9 +98,10 @@ private:
                          float* gradients);
     void dense_weight(const ParamTensor& weight, float* out);
     // One step of the decoder block (model/decoder_block.h) in `layer`: forward saves its output
-    // in acts; backward adds its part to its input's gradient and its weights' to gradients.
+    // in acts (recomputing: a layer's forward again, inside the backward); backward adds its part
+    // to its input's gradient and its weights' to gradients.
     struct StepScope;
-    void forward_step(DeviceActivations& acts, int layer, const BlockStep& step);
+    void forward_step(DeviceActivations& acts, int layer, const BlockStep& step, bool recomputing);
     void backward_step(DeviceActivations& acts, int layer, const BlockStep& step, float* gradients);
     // A product's operand: fp32 values, and under bf16 compute maybe their bf16 bits already, so
     // that an operand two products share is rounded once.

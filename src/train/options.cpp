@@ -41,6 +41,8 @@ void TrainOptions::validate() const {
             "--grad-clip must be a finite number >= 0 (0 disables clipping)");
     require(device == TrainDevice::cpu || !fused_update,
             "--device cuda runs unfused updates (the GPU's fused update is not built yet): drop --fused-update");
+    require(device == TrainDevice::cuda || !recompute,
+            "--recompute saves GPU memory (--device cuda); the CPU step keeps every activation: drop --recompute");
     require(!fused_update || grad_accum == 1,
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
@@ -80,6 +82,7 @@ void to_json(nlohmann::json& j, const TrainOptions& o) {
                        {"grad_clip", o.grad_clip},
                        {"fused_update", o.fused_update},
                        {"device", train_device_name(o.device)},
+                       {"recompute", o.recompute},
                        {"compress_gradients_bits", o.compression.gradient_bits},
                        {"compress_weights_bits", o.compression.weight_bits},
                        {"eval_every", o.eval_every},
@@ -112,6 +115,7 @@ void from_json(const nlohmann::json& j, TrainOptions& o) {
         // Absent from checkpoints written before the option existed: those trained unfused.
         o.fused_update = j.value("fused_update", false);
         o.device = parse_train_device(j.value("device", std::string("cpu")));  // absent: runs before the GPU path
+        o.recompute = j.value("recompute", false);  // absent: runs before the option
         // Absent from checkpoints written before compressed transfers existed: fp32.
         o.compression.gradient_bits = j.value("compress_gradients_bits", 0);
         o.compression.weight_bits = j.value("compress_weights_bits", 0);

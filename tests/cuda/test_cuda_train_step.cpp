@@ -63,9 +63,11 @@ protected:
 };
 
 TEST_F(GpuTrainStep, TheMemoryPlanIsWhatTheStepAllocates) {
-    for (const std::string label : {"fp", "dqt-1.58", "dqt-8"}) {
-        SCOPED_TRACE(label);
-        const TrainOptions options = small_options(label);
+    for (const auto& [label, recompute] : {std::pair{"fp", false}, std::pair{"dqt-1.58", false},
+                                           std::pair{"dqt-8", false}, std::pair{"dqt-1.58", true}}) {
+        SCOPED_TRACE(std::string(label) + (recompute ? ", recompute" : ""));
+        TrainOptions options = small_options(label);
+        options.recompute = recompute;
         ModelParameters model(options.model, options.method);
         model.initialize(test_seed());
         const OptimizerState state(model.layout, options.optim_state);

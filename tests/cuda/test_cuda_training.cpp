@@ -137,6 +137,42 @@ TEST_F(GpuTraining, LossAndGradientsMatchTheCpu) {
     }
 }
 
+// --recompute keeps one layer's activations and runs each layer's forward again in the backward:
+// the same kernels on the same inputs, so the loss and every gradient are the saved pass's bits.
+TEST_F(GpuTraining, RecomputedLayersGiveTheSavedPassBitForBit) {
+    const int B = 2, T = 64, N = B * T;
+    for (const std::string label : {"fp", "bitnet", "dqt-1.58", "dqt-8", "fp-bf16", "bitnet-bf16", "dqt-1.58-bf16"}) {
+        for (bool subln : {true, false}) {
+            SCOPED_TRACE(label + (subln ? ", subln" : ", no subln") + ", seed " + std::to_string(test_seed()));
+            std::mt19937_64 rng(test_seed());
+            ModelConfig config = small_config(false);
+            config.subln = subln;
+            ModelParameters host(config, method_of(label));
+            host.initialize(test_seed());
+            const Batch batch = random_batch(rng, N, config.vocab_size);
+            DeviceModel device(host);
+            TrainingPass pass(device);
+            auto gradients_of = [&](bool recompute, double& loss) {
+                DeviceActivations acts(config, B, T, recompute);
+                loss = pass.forward(acts, batch.tokens.data(), batch.targets.data());
+                DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
+                gradients.zero();
+                pass.backward(acts, 1.0f / N, gradients.data());
+                return download(gradients);
+            };
+            double saved_loss = 0.0, recomputed_loss = 0.0;
+            const std::vector<float> saved = gradients_of(false, saved_loss);
+            const std::vector<float> recomputed = gradients_of(true, recomputed_loss);
+            EXPECT_EQ(recomputed_loss, saved_loss);
+            ASSERT_EQ(recomputed.size(), saved.size());
+            size_t differing = 0;
+            for (size_t i = 0; i < saved.size(); ++i)
+                differing += std::memcmp(&saved[i], &recomputed[i], sizeof(float)) != 0;
+            EXPECT_EQ(differing, 0u) << "of " << saved.size() << " gradient values";
+        }
+    }
+}
+
 TEST_F(GpuTraining, AnOptimizerStepFromTheSameGradientsMatchesTheCpuBitForBit) {
     for (const std::string label : {"fp", "bitnet", "dqt-1.58", "dqt-8"}) {
         for (StateDtype state : {StateDtype::fp32, StateDtype::q8}) {
