@@ -232,6 +232,22 @@ struct RunningServer {
 
 }  // namespace
 
+// A request ends at the model's end-of-generation token unless it asks for ignore_eos.
+TEST(Serve, IgnoreEosRunsPastTheEndOfGenerationToken) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32});
+    SpecialTokens special;
+    special.end_of_generation = {10};
+    const std::string body = R"({"prompt": "a", "max_tokens": 4)";
+    EXPECT_EQ(parse_completion_request(body + "}", false, "tiny", *m.tokenizer, special, engine).generation.end_tokens,
+              std::vector<int32_t>{10});
+    EXPECT_EQ(parse_completion_request(body + R"(, "ignore_eos": false})", false, "tiny", *m.tokenizer, special, engine)
+                  .generation.end_tokens,
+              std::vector<int32_t>{10});
+    EXPECT_TRUE(parse_completion_request(body + R"(, "ignore_eos": true})", false, "tiny", *m.tokenizer, special, engine)
+                    .generation.end_tokens.empty());
+}
+
 TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
     RunningServer s(1);
     httplib::Client c = s.client();
@@ -256,6 +272,7 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", R"({"prompt": "a", "stop": [""]})", 400, "stop"},
         {"/v1/completions", R"({"prompt": "a", "stop": 7})", 400, "stop"},
         {"/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
+        {"/v1/completions", R"({"prompt": "a", "ignore_eos": 1})", 400, "ignore_eos"},
         {"/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n"},
         {"/v1/completions", "{\"prompt\": \"" + std::string(64, 'x') + "\"}", 400, "prompt"},
         {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},

@@ -154,7 +154,11 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
     }
     g.stop = stop_strings(body);
     if (chat) g.stop.push_back(kChatTurnEnd);
-    if (const nlohmann::json* s = field(body, "stream", [](const auto& v) { return v.is_boolean(); }, "a boolean"))
+    // llama-server's extension, for benchmarks that need every generation at max_tokens.
+    const auto is_boolean = [](const nlohmann::json& v) { return v.is_boolean(); };
+    if (const nlohmann::json* e = field(body, "ignore_eos", is_boolean, "a boolean"); e && e->get<bool>())
+        g.end_tokens.clear();
+    if (const nlohmann::json* s = field(body, "stream", is_boolean, "a boolean"))
         call.stream = s->get<bool>();
     const std::string problem = engine.check_request(g);
     if (!problem.empty()) throw invalid(problem);

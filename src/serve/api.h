@@ -42,7 +42,8 @@ std::string apply_chat_template(const nlohmann::json& messages);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
 // for a model this server does not serve) for anything malformed or out of range. The prompt
-// starts with BOS and the generation ends at an end-of-generation token where `special` says.
+// starts with BOS and the generation ends at an end-of-generation token where `special` says,
+// unless `ignore_eos` (llama-server's extension) is true.
 CompletionCall parse_completion_request(const std::string& body, bool chat, const std::string& model_name,
                                         const Tokenizer& tokenizer, const SpecialTokens& special,
                                         const Engine& engine);
