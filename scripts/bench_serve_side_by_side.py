@@ -7,12 +7,12 @@ time to first token of a long prompt on an idle server and on one busy with S-1 
         --llama-server /tmp/llama.cpp/build/bin/llama-server --threads 2 --parallel 8 --streams 1 2 4 8
 
 Each server is started on a free loopback port, warmed up with one request, and driven by the
-same client: streamed /v1/completions at temperature 0 with ignore_eos (both servers honour it),
-so every request generates exactly --max-tokens tokens (checked on the warm-up's usage counts).
+same client: /v1/completions at temperature 0 with ignore_eos (both servers honour it), so every
+request generates exactly --max-tokens tokens (checked on every answer's usage counts).
 Aggregate tokens/s: streams x max_tokens over the wall time from the first request sent to the
-last stream's end (prompts included, as a client sees it), best of --repeats. Time to first
-token: from sending a --ttft-prompt-chars prompt with max_tokens 1 to the end of its stream,
-median of --repeats, alone and while S-1 streams of --busy-tokens decode. Every prompt begins
+last answer (prompts included, as a client sees it), best and median of --repeats. Time to
+first token: from sending a --ttft-prompt-chars prompt with max_tokens 1 to its answer, median
+of --repeats, alone and while S-1 requests of --busy-tokens decode. Every prompt begins
 differently, so no server reuses a cached prompt. Prints one JSON line
 per figure; only the standard library.
 """
@@ -76,19 +76,23 @@ def start(name, a, port):
     return process
 
 
-def stream(port, prompt, max_tokens, marks):
-    """Sends one streamed completion and reads it to its end; records (sent, end) in marks."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+def complete(port, prompt, max_tokens, marks):
+    """Sends one completion and reads its answer; records (sent, answered) in marks and returns its
+    usage counts. Not streamed:
+    the client shares the 2 cores with the server, and a stream's per-token events would charge
+    the faster server more of the client's parsing."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
     sent = time.perf_counter()
     connection, response = post(port, "/v1/completions", body)
-    if response.status != 200:
-        raise RuntimeError(f"status {response.status}: {response.read()[:300]}")
-    while True:
-        line = response.readline()
-        if not line or line.strip() == b"data: [DONE]":
-            break
+    reply = response.read()
     connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"status {response.status}: {reply[:300]}")
+    usage = json.loads(reply)["usage"]
+    if usage["completion_tokens"] != max_tokens:
+        raise RuntimeError(f"asked {max_tokens} tokens, got {reply[:300]}")
     marks.append((sent, time.perf_counter()))
+    return usage
 
 
 PROMPTS_SENT = [0]
@@ -103,10 +107,11 @@ def fresh_prompt(length_chars):
 
 
 def aggregate(port, a, streams):
-    best = 0.0
+    """Tokens/s of each repeat."""
+    rates = []
     for _ in range(a.repeats):
         marks = []
-        threads = [threading.Thread(target=stream, args=(port, fresh_prompt(a.prompt_chars), a.max_tokens, marks))
+        threads = [threading.Thread(target=complete, args=(port, fresh_prompt(a.prompt_chars), a.max_tokens, marks))
                    for i in range(streams)]
         begin = time.perf_counter()
         for t in threads:
@@ -115,8 +120,8 @@ def aggregate(port, a, streams):
             t.join()
         if len(marks) != streams:
             sys.exit("bench_serve_side_by_side: a stream failed")
-        best = max(best, streams * a.max_tokens / (max(m[1] for m in marks) - begin))
-    return best
+        rates.append(streams * a.max_tokens / (max(m[1] for m in marks) - begin))
+    return rates
 
 
 def ttft(port, a, busy_streams):
@@ -124,30 +129,23 @@ def ttft(port, a, busy_streams):
     for _ in range(a.repeats):
         busy_marks, threads = [], []
         for i in range(busy_streams):
-            threads.append(threading.Thread(target=stream, args=(port, fresh_prompt(a.prompt_chars), a.busy_tokens,
+            threads.append(threading.Thread(target=complete, args=(port, fresh_prompt(a.prompt_chars), a.busy_tokens,
                                                                  busy_marks)))
             threads[-1].start()
         if busy_streams:
             time.sleep(a.busy_wait)  # their prompts are in, their decoding is on
         marks = []
-        stream(port, fresh_prompt(a.ttft_prompt_chars), 1, marks)
+        complete(port, fresh_prompt(a.ttft_prompt_chars), 1, marks)
         for t in threads:
             t.join()
         samples.append(marks[0][1] - marks[0][0])  # the whole one-token answer: a chunk may carry no text
     return statistics.median(samples)
 
 
-def usage_check(port, a):
-    """The warm-up: every generation must run to max_tokens (ignore_eos honoured)."""
-    body = {"prompt": fresh_prompt(a.prompt_chars), "max_tokens": a.max_tokens, "temperature": 0,
-            "ignore_eos": True}
-    connection, response = post(port, "/v1/completions", body)
-    reply = json.loads(response.read())
-    connection.close()
-    usage = reply.get("usage", {})
-    if usage.get("completion_tokens") != a.max_tokens:
-        sys.exit(f"bench_serve_side_by_side: asked {a.max_tokens} tokens, got usage {usage}")
-    return usage.get("prompt_tokens")
+def warm_up(port, a):
+    """One request before the timed ones; returns its prompt's token count."""
+    marks = []
+    return complete(port, fresh_prompt(a.prompt_chars), a.max_tokens, marks)["prompt_tokens"]
 
 
 def main():
@@ -173,10 +171,12 @@ def main():
         port = free_port()
         process = start(name, a, port)
         try:
-            prompt_tokens = usage_check(port, a)
+            prompt_tokens = warm_up(port, a)
             for streams in a.streams:
+                rates = aggregate(port, a, streams)
                 print(json.dumps({"server": name, "figure": "aggregate_tokens_per_s", "streams": streams,
-                                  "value": round(aggregate(port, a, streams), 2), "max_tokens": a.max_tokens,
+                                  "best": round(max(rates), 2), "median": round(statistics.median(rates), 2),
+                                  "max_tokens": a.max_tokens,
                                   "prompt_tokens": prompt_tokens, "threads": a.threads, "parallel": a.parallel}),
                       flush=True)
             for busy in (0, a.parallel - 1):

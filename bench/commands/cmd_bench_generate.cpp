@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_commands.h"
+#include "cache_regime.h"
 #include "commands.h"
 #include "core/cpu_cache.h"
 #include "core/error.h"
@@ -78,22 +79,6 @@ double kv_bytes_per_decoded_token(const ModelConfig& c, int prompt_tokens, int d
     return static_cast<double>(c.n_layers) * 2.0 * c.kv_dim() * static_cast<double>(element_bytes) *
            mean_positions_read;
 }
-
-// Whether a token's bytes decode from the last-level cache: by its size where sysfs gives it;
-// where it does not (some VMs), measured: data of that size reading back at more than 1.5x the
-// rate beyond the cache sits in a cache.
-struct CacheRegime {
-    uint64_t cache_bytes;  // 0: unreadable
-    double bandwidth;      // beyond the cache, bytes/s
-
-    bool holds(double bytes, double* measured_rate) const {
-        if (cache_bytes > 0) return bytes <= static_cast<double>(cache_bytes);
-        ReadBandwidth at_size = ReadBandwidth::over_exactly(static_cast<uint64_t>(bytes));
-        for (int pass = 0; pass < 5; ++pass) at_size.measure_pass();
-        *measured_rate = at_size.bytes_per_second();
-        return *measured_rate > 1.5 * bandwidth;
-    }
-};
 
 // An engine's decode against the bound: the bytes a token reads, the rate it reads them at, and,
 // unless they fit in the last-level cache, that rate as a fraction of the measured bandwidth.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_commands.h"
+#include "cache_regime.h"
 #include "commands.h"
 #include "model_files.h"
 #include "core/cpu_cache.h"
@@ -126,6 +127,11 @@ void add_bench_serve_command(CLI::App& bench) {
 
         const uint64_t cache_bytes = last_level_cache_bytes();
         const size_t weight_bytes = model.weight_bytes_per_token();
+        ReadBandwidth beyond_cache(cache_bytes);
+        for (int pass = 0; pass < 5; ++pass) beyond_cache.measure_pass();
+        double read_rate_at_step_size = 0.0;
+        const bool cached = CacheRegime{cache_bytes, beyond_cache.bytes_per_second()}.holds(
+            static_cast<double>(weight_bytes), &read_rate_at_step_size);
         nlohmann::json record = {{"bench", "serve"},
                                  {"threads", args->threads},
                                  {"parameters", model.config.parameter_count()},
@@ -133,10 +139,11 @@ void add_bench_serve_command(CLI::App& bench) {
                                  {"kernels", model.kernels_label()},
                                  {"weight_bytes_per_step", weight_bytes},
                                  {"last_level_cache_bytes", cache_bytes},
-                                 {"regime", weight_bytes <= cache_bytes ? "cache-resident" : "memory"},
+                                 {"regime", cached ? "cache-resident" : "memory"},
                                  {"prompt_tokens", args->prompt_tokens},
                                  {"decode_tokens", args->decode_tokens},
                                  {"runs", nlohmann::json::array()}};
+        if (cache_bytes == 0) record["read_gb_per_s_at_step_size"] = read_rate_at_step_size / 1e9;  // how it was told
         double single_stream = 0;
         for (const int streams : args->streams) {
             double best = 0;
@@ -159,9 +166,11 @@ void add_bench_serve_command(CLI::App& bench) {
             std::printf("%s\n", record.dump().c_str());
             return;
         }
-        std::printf("bench serve: %s, %.0fM parameters, %.1f MB of weights a step (%s; last-level cache %.0f MiB), %d thread(s)\n",
+        const std::string cache = cache_bytes > 0 ? "last-level cache " + std::to_string(cache_bytes >> 20) + " MiB"
+                                                  : "cache size unreadable: told by reading that many bytes back";
+        std::printf("bench serve: %s, %.0fM parameters, %.1f MB of weights a step (%s; %s), %d thread(s)\n",
                     model.method_label.c_str(), model.config.parameter_count() / 1e6, weight_bytes / 1e6,
-                    record["regime"].get<std::string>().c_str(), cache_bytes / 1048576.0, args->threads);
+                    record["regime"].get<std::string>().c_str(), cache.c_str(), args->threads);
         std::printf("%8s %14s %18s %10s\n", "streams", "decode tok/s", "per stream tok/s", "speedup");
         for (const nlohmann::json& run : record["runs"]) {
             std::printf("%8d %14.1f %18.1f %10s\n", run["streams"].get<int>(), run["decode_tokens_per_second"].get<double>(),
