@@ -53,28 +53,9 @@ void DeviceModel::copy_to(ModelParameters& host) const {
 namespace {
 
 // A layer's saved values but its input (which recompute keeps per layer).
-void allocate_layer_values(DeviceLayerActivations& a, const ModelConfig& c, size_t N, size_t lse_count) {
-    const size_t C = c.dim, F = c.ffn_dim, KV = c.kv_dim();
-    const MemCategory act = MemCategory::activations;
-    a.ln1 = device_array<float>(act, N * C);
-    a.ln1_rstd = device_array<float>(act, N);
-    a.q = device_array<float>(act, N * C);
-    a.k = device_array<float>(act, N * KV);
-    a.v = device_array<float>(act, N * KV);
-    a.lse = device_array<float>(act, lse_count);
-    a.att = device_array<float>(act, N * C);
-    if (c.subln) {
-        a.att_sub = device_array<float>(act, N * C);
-        a.att_sub_rstd = device_array<float>(act, N);
-        a.h_sub = device_array<float>(act, N * F);
-        a.h_sub_rstd = device_array<float>(act, N);
-    }
-    a.mid = device_array<float>(act, N * C);
-    a.ln2 = device_array<float>(act, N * C);
-    a.ln2_rstd = device_array<float>(act, N);
-    a.gate = device_array<float>(act, N * F);
-    a.up = device_array<float>(act, N * F);
-    a.h = device_array<float>(act, N * F);
+void allocate_device_layer_values(DeviceLayerActivations& a, const ModelConfig& c, size_t N, size_t lse_count) {
+    allocate_layer_values(a, c, N, [](size_t count) { return device_array<float>(MemCategory::activations, count); });
+    a.lse = device_array<float>(MemCategory::activations, lse_count);
 }
 
 }  // namespace
@@ -88,9 +69,9 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     layers.resize(c.n_layers);
     for (DeviceLayerActivations& a : layers) {
         a.input = device_array<float>(act, N * C);
-        if (!recompute) allocate_layer_values(a, c, N, lse_count);
+        if (!recompute) allocate_device_layer_values(a, c, N, lse_count);
     }
-    if (recompute) allocate_layer_values(lent, c, N, lse_count);
+    if (recompute) allocate_device_layer_values(lent, c, N, lse_count);
     final_input = device_array<float>(act, N * C);
     lnf = device_array<float>(act, N * C);
     lnf_rstd = device_array<float>(act, N);

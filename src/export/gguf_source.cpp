@@ -3,13 +3,13 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "export/gguf_model.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
-#include "kernels/float16_widen.h"
 
 namespace dqt {
 
@@ -29,30 +29,26 @@ GgufSource::GgufSource(GgufReader reader, const ModelConfig& config, const Metho
     }
 }
 
-Array<Float16> GgufSource::read_halves(const ParamTensor& t) const {
+FloatWeights GgufSource::read_float_weights(const ParamTensor& t) const {
     const GgufReader::TensorInfo& stored = info(t);
     if (stored.type == GgmlType::f16) {
         Array<Float16> halves(MemCategory::weights, t.count());
         reader_.read_into(stored, halves.data());
-        for (const Float16 half : halves)
-            if ((std::bit_cast<uint16_t>(half) & 0x7c00) == 0x7c00) return {};  // all-ones exponent
-        if (permuted(t)) {
-            const std::vector<Float16> file_rows(halves.begin(), halves.end());
-            const std::vector<Float16> rows = rows_in_model_order(file_rows, t.rows, t.cols, config_.head_dim(), true);
-            std::memcpy(halves.data(), rows.data(), halves.bytes());
+        bool finite = true;
+        for (const Float16 half : halves) finite = finite && (std::bit_cast<uint16_t>(half) & 0x7c00) != 0x7c00;
+        if (finite) {
+            if (permuted(t)) {
+                const std::vector<Float16> file_rows(halves.begin(), halves.end());
+                const std::vector<Float16> rows = rows_in_model_order(file_rows, t.rows, t.cols, config_.head_dim(), true);
+                std::memcpy(halves.data(), rows.data(), halves.bytes());
+            }
+            return {std::move(halves), {}};
         }
-        return halves;
     }
-    if (stored.type != GgmlType::f32) return {};
-    std::vector<float> probe(std::min<size_t>(256, t.count()));
-    std::vector<Float16> probe_halves(probe.size());
-    reader_.read_into(stored, probe.data(), probe.size() * sizeof(float));
-    if (!narrow_f16_exactly(probe.data(), probe_halves.data(), probe.size())) return {};
-    std::vector<float> values(t.count());
+    Array<float> values(MemCategory::weights, t.count());
     read_values(t, values.data());
-    Array<Float16> halves(MemCategory::weights, t.count());
-    if (!narrow_f16_exactly(values.data(), halves.data(), values.size())) return {};
-    return halves;
+    // Other stored types (quantized blocks) stay fp32, as their kernels take them.
+    return stored.type == GgmlType::f32 ? narrow_where_exact(std::move(values)) : FloatWeights{{}, std::move(values)};
 }
 
 bool GgufSource::read_ternary_packed(const ParamTensor& t, TernaryMatrix& out) const {

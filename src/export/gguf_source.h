@@ -14,8 +14,8 @@ public:
     const MethodConfig& method() const override { return method_; }
     const ModelTensors& tensors() const override { return tensors_; }
     // F16 tensors as stored (fp32 where one holds a NaN or an infinity, which fp32 weights never
-    // narrow to), F32 ones where every value is an fp16 exactly; in dqt's row order.
-    Array<Float16> read_halves(const ParamTensor& t) const override;
+    // narrow to), F32 ones as fp16 where every value is one exactly; in dqt's row order.
+    FloatWeights read_float_weights(const ParamTensor& t) const override;
     // TQ2_0 tensors: their blocks' codes copied as they are (export/ternary_blocks.h).
     bool read_ternary_packed(const ParamTensor& t, TernaryMatrix& out) const override;
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/float16_widen.h"
@@ -28,15 +28,6 @@ public:
     const float* values_in_place(const ParamTensor& t) const override {
         return weights_ == WeightSource::borrow ? model_.value(t) : nullptr;
     }
-    Array<Float16> read_halves(const ParamTensor& t) const override {
-        if (weights_ == WeightSource::borrow) return {};
-        const float* values = model_.value(t);
-        Float16 probe[256];
-        if (!narrow_f16_exactly(values, probe, std::min<size_t>(std::size(probe), t.count()))) return {};
-        Array<Float16> halves(MemCategory::weights, t.count());
-        if (!narrow_f16_exactly(values, halves.data(), t.count())) return {};
-        return halves;
-    }
     IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
         const IntegerScales scales{quantized_weight_scale(model_, t), model_.scale(t)};
         read_quantized_codes(model_, t, scales.weight_scale, 0, t.rows, q);
@@ -56,17 +47,27 @@ const float* fp32_values(const TensorSource& source, const ParamTensor& tensor, 
     return owned.data();
 }
 
+// An fp weight matrix: borrowed where the source keeps it (never narrowed then), else read once,
+// as fp16 where exact.
+void read_float_matrix(const TensorSource& source, const ParamTensor& tensor, const float*& dense,
+                       Array<float>& owned_dense, Array<Float16>& halves) {
+    dense = source.values_in_place(tensor);
+    if (dense) return;
+    FloatWeights read = source.read_float_weights(tensor);
+    halves = std::move(read.halves);
+    owned_dense = std::move(read.values);
+    dense = owned_dense.size() > 0 ? owned_dense.data() : nullptr;
+}
+
 InferenceLinear make_linear(const TensorSource& source, const ParamTensor& tensor) {
     InferenceLinear linear;
     linear.rows = tensor.rows;
     linear.cols = tensor.cols;
     if (!tensor.quantized()) {
-        linear.owned_halves = source.values_in_place(tensor) ? Array<Float16>() : source.read_halves(tensor);
+        read_float_matrix(source, tensor, linear.dense, linear.owned_dense, linear.owned_halves);
         if (linear.owned_halves.size() > 0) {
             linear.format = LinearFormat::half;
             linear.halves = linear.owned_halves.data();
-        } else {
-            linear.dense = fp32_values(source, tensor, linear.owned_dense);
         }
         return linear;
     }
@@ -90,8 +91,7 @@ InferenceEmbedding make_embedding(const TensorSource& source, const ParamTensor&
     embedding.rows = tensor.rows;
     embedding.cols = tensor.cols;
     if (tensor.format == WeightFormat::f32) {
-        if (!source.values_in_place(tensor)) embedding.halves = source.read_halves(tensor);
-        if (embedding.halves.size() == 0) embedding.dense = fp32_values(source, tensor, embedding.owned_dense);
+        read_float_matrix(source, tensor, embedding.dense, embedding.owned_dense, embedding.halves);
         return embedding;
     }
     embedding.codes = Array<int8_t>(MemCategory::weights, tensor.count());

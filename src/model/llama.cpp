@@ -32,25 +32,8 @@ Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : ba
     layers.resize(c.n_layers);
     for (LayerActivations& a : layers) {
         a.input = Array<float>(act, N * C);
-        a.ln1 = Array<float>(act, N * C);
-        a.ln1_rstd = Array<float>(act, N);
-        a.q = Array<float>(act, N * C);
-        a.k = Array<float>(act, N * KV);
-        a.v = Array<float>(act, N * KV);
+        allocate_layer_values(a, c, N, [act](size_t count) { return Array<float>(act, count); });
         a.probs = Array<float>(act, static_cast<size_t>(batch) * H * seq * seq);
-        a.att = Array<float>(act, N * C);
-        if (c.subln) {
-            a.att_sub = Array<float>(act, N * C);
-            a.att_sub_rstd = Array<float>(act, N);
-            a.h_sub = Array<float>(act, N * F);
-            a.h_sub_rstd = Array<float>(act, N);
-        }
-        a.mid = Array<float>(act, N * C);
-        a.ln2 = Array<float>(act, N * C);
-        a.ln2_rstd = Array<float>(act, N);
-        a.gate = Array<float>(act, N * F);
-        a.up = Array<float>(act, N * F);
-        a.h = Array<float>(act, N * F);
     }
     final_input = Array<float>(act, N * C);
     lnf = Array<float>(act, N * C);

@@ -21,6 +21,16 @@ struct IntegerScales {
     float code_scale = 0.0f;
 };
 
+// An fp tensor's weights as inference holds them: fp16 where every value is an fp16 exactly
+// (halves), else fp32 (values). One of the two is filled (category weights).
+struct FloatWeights {
+    Array<Float16> halves;
+    Array<float> values;
+};
+// values as fp16 where every one narrows exactly, trying the first values before it allocates
+// (trained fp32 weights fail within them); else values as they are.
+FloatWeights narrow_where_exact(Array<float> values);
+
 class TensorSource {
 public:
     virtual ~TensorSource() = default;
@@ -33,10 +43,8 @@ public:
     // An fp tensor's values where they stay in memory as long as the source: null where they
     // must be read (a file) or are not to be shared.
     virtual const float* values_in_place(const ParamTensor& /*t*/) const { return nullptr; }
-    // An fp tensor's values as fp16 (category weights) where every one is an fp16 exactly, else an
-    // empty array. A source tries the first values before it allocates: trained fp32 weights
-    // fail within them.
-    virtual Array<Float16> read_halves(const ParamTensor& t) const = 0;
+    // An fp tensor read once for inference: by default read_values, narrowed where exact.
+    virtual FloatWeights read_float_weights(const ParamTensor& t) const;
     // A quantized tensor: q (t.count()) = its integers, and their scales.
     virtual IntegerScales read_integers(const ParamTensor& t, int8_t* q) const = 0;
     // A ternary tensor straight into the ternary kernels' layout, where the source holds it in

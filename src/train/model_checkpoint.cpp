@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <iterator>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
-#include "kernels/float16_widen.h"
 
 namespace dqt {
 
@@ -275,17 +273,6 @@ public:
 
     void read_values(const ParamTensor& t, float* out) const override {
         reader_->read("param." + t.name, "f32", shape_of(t), out, t.count() * sizeof(float));
-    }
-    // The whole tensor is read (a checkpoint's tensors are read and checksummed whole); trained
-    // fp32 weights fail within the first values, and read_values reads them again.
-    Array<Float16> read_halves(const ParamTensor& t) const override {
-        Array<float> values(MemCategory::weights, t.count());
-        read_values(t, values.data());
-        Float16 probe[256];
-        if (!narrow_f16_exactly(values.data(), probe, std::min<size_t>(std::size(probe), t.count()))) return {};
-        Array<Float16> halves(MemCategory::weights, t.count());
-        if (!narrow_f16_exactly(values.data(), halves.data(), t.count())) return {};
-        return halves;
     }
     IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
         StoredTensor stored{nullptr, nullptr, 0.0f, method_.grid};
