@@ -269,11 +269,6 @@ GgmlType dominant_type(const std::map<GgmlType, size_t>& weights_by_type) {
 
 }  // namespace
 
-std::vector<int64_t> gguf_shape(const ParamTensor& t) {
-    if (!t.is_matrix()) return {t.cols};
-    return {t.cols, t.rows};
-}
-
 GgufExportSummary export_gguf(const ModelParameters& source, const Tokenizer& tokenizer,
                               const GgufExportOptions& options, const std::string& path) {
     // bitnet's inference weights are the absmean ternarization of its latents.

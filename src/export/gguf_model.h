@@ -23,9 +23,9 @@
 
 #include "data/special_tokens.h"
 #include "data/tokenizer.h"
+#include "export/opened_gguf.h"
 #include "io/gguf.h"
 #include "model/parameters.h"
-#include "model/tensor_source.h"
 
 namespace dqt {
 
@@ -50,16 +50,6 @@ struct GgufExportSummary {
 GgufExportSummary export_gguf(const ModelParameters& model, const Tokenizer& tokenizer,
                               const GgufExportOptions& options, const std::string& path);
 
-// A GGUF file opened as a model: its tokenizer and header read, each tensor read when asked
-// (model/tensor_source.h). An inference model built from `tensors` is the only copy of the
-// weights a load makes (infer/inference_model.h).
-struct OpenedGguf {
-    std::unique_ptr<TensorSource> tensors;
-    std::unique_ptr<Tokenizer> tokenizer;
-    std::string data_dir;  // dqt.data_dir: the dataset the model was trained on; empty when the export named none
-    SpecialTokens special;  // BOS and end-of-generation tokens (none for a model dqt trained)
-};
-
 // Opens a GGUF file that dqt wrote, or a LLaMA GGUF from llama.cpp's tools (no dqt.* keys:
 // export/llamacpp_gguf.h). Every tensor the header describes is checked in the file's table, with
 // its shape, before anything is allocated; dqt::Error, one line, for what it cannot read or any
@@ -75,8 +65,5 @@ struct ImportedGguf {
 
 // open_gguf's file read whole into ModelParameters (to train on, convert or export it).
 ImportedGguf import_gguf(const std::string& path);
-
-// A tensor's GGUF shape (ne: the contiguous dimension first).
-std::vector<int64_t> gguf_shape(const ParamTensor& t);
 
 }  // namespace dqt

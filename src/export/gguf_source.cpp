@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "export/gguf_model.h"
+#include "export/opened_gguf.h"
 #include "export/rope_rows.h"
 #include "export/ternary_blocks.h"
 

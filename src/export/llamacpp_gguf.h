@@ -20,7 +20,7 @@
 //                 symbols without merges (dqt's byte tokenizer)
 // The file is untrusted: every tensor the config implies is checked in the file's table, with
 // its shape, before anything is allocated, so what is allocated is bounded by the file.
-#include "export/gguf_model.h"
+#include "export/opened_gguf.h"
 #include "io/gguf.h"
 
 namespace dqt {
