@@ -158,8 +158,9 @@ void add_train_command(CLI::App& app) {
             "checkpoints stay on the CPU, and a run resumes on either device)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     command->add_flag("--recompute", o.recompute,
-                      "with --device cuda: save each layer's input only and recompute the layer in the backward "
-                      "(one layer's activations in GPU memory instead of all, for about a third more compute)");
+                      "with --device cuda: save each layer's input only and recompute the layer in the backward, "
+                      "and compute the head's logits in chunks (one layer's activations in GPU memory instead of "
+                      "all, for about a third more compute)");
     command->add_flag("--fused-update", o.fused_update,
                       "update each weight as soon as its gradient is ready: no whole-model gradient buffer "
                       "(clips with the previous step's norm; needs --grad-accum 1)");

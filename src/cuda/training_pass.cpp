@@ -1,5 +1,6 @@
 #include "cuda/training_pass.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -60,8 +61,19 @@ void allocate_device_layer_values(DeviceLayerActivations& a, const ModelConfig& 
 
 }  // namespace
 
-DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int seq_len, bool recompute_layers)
-    : batch(batch_size), seq(seq_len), recompute(recompute_layers) {
+int DeviceActivations::logit_chunk_rows(const ModelConfig& c, int batch, int seq, bool recompute,
+                                        size_t logit_chunk_bytes) {
+    const size_t N = static_cast<size_t>(batch) * seq;
+    if (logit_chunk_bytes == 0 && !recompute) return static_cast<int>(N);
+    const size_t bytes = logit_chunk_bytes > 0 ? logit_chunk_bytes : kLogitChunkBytes;
+    const size_t rows = bytes / (static_cast<size_t>(c.vocab_size) * sizeof(float));
+    return static_cast<int>(std::clamp<size_t>(rows, 1, N));
+}
+
+DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int seq_len, bool recompute_layers,
+                                     size_t logit_chunk_bytes)
+    : batch(batch_size), seq(seq_len), recompute(recompute_layers),
+      logit_rows(logit_chunk_rows(c, batch_size, seq_len, recompute_layers, logit_chunk_bytes)) {
     const size_t N = static_cast<size_t>(batch) * seq;
     const size_t C = c.dim, F = c.ffn_dim, V = c.vocab_size, KV = c.kv_dim(), H = c.n_heads;
     const size_t lse_count = static_cast<size_t>(batch) * H * seq;
@@ -75,7 +87,7 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     final_input = device_array<float>(act, N * C);
     lnf = device_array<float>(act, N * C);
     lnf_rstd = device_array<float>(act, N);
-    logits = device_array<float>(act, N * V);
+    logits = device_array<float>(act, static_cast<size_t>(logit_rows) * V);
     row_loss = device_array<float>(scratch, N);
     tokens = device_array<int32_t>(act, N);
     targets = device_array<int32_t>(act, N);
@@ -109,7 +121,8 @@ size_t DeviceActivations::planned_bytes(const ModelConfig& c, int batch, int seq
     const size_t layers = recompute ? c.n_layers * input + values : c.n_layers * (input + values);
     // final_input, lnf, lnf_rstd, logits; tokens, targets and their groups (int32)
     auto ints = [](size_t count) { return device_block_bytes(count * sizeof(int32_t)); };
-    return layers + 2 * floats(N * C) + floats(N) + floats(N * V) + 4 * ints(N) + ints(N + 1);
+    const size_t logits = floats(static_cast<size_t>(logit_chunk_rows(c, batch, seq, recompute)) * V);
+    return layers + 2 * floats(N * C) + floats(N) + logits + 4 * ints(N) + ints(N + 1);
 }
 
 void DeviceActivations::lend_values(int layer) {
@@ -375,9 +388,15 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
     }
     rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), acts.final_input.data(), model_.value(*w.output_norm), N, C,
                     c.norm_eps);
-    linear_forward(*w.output, acts.logits.data(), prepare(*w.output, acts.lnf.data(), N), N);
-    return cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data(), N, c.vocab_size, 0.0f,
-                                          acts.row_loss.data());
+    double loss = 0.0;
+    for (int first = 0; first < N; first += acts.logit_rows) {
+        const int rows = std::min(acts.logit_rows, N - first);
+        float* lnf_rows = acts.lnf.data() + static_cast<size_t>(first) * C;
+        linear_forward(*w.output, acts.logits.data(), prepare(*w.output, lnf_rows, rows), rows);
+        loss += cross_entropy_forward_backward(nullptr, acts.logits.data(), acts.targets.data() + first, rows,
+                                               c.vocab_size, 0.0f, acts.row_loss.data() + first);
+    }
+    return loss;
 }
 
 void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gradients) {
@@ -386,11 +405,20 @@ void TrainingPass::backward(DeviceActivations& acts, float grad_scale, float* gr
     const int N = acts.batch * acts.seq, V = c.vocab_size;
     const ModelTensors& w = model.tensors;
 
-    float* dlogits = acts.logits.data();  // in place, as the CPU
-    cross_entropy_forward_backward(dlogits, acts.logits.data(), acts.targets.data(), N, V, grad_scale,
-                                   acts.row_loss.data());
     acts.d_c.zero();
-    linear_backward(*w.output, acts.d_c.data(), dlogits, acts.lnf.data(), N, gradients);
+    for (int first = 0; first < N; first += acts.logit_rows) {
+        const int rows = std::min(acts.logit_rows, N - first);
+        float* lnf_rows = acts.lnf.data() + static_cast<size_t>(first) * c.dim;
+        // The chunk's logits again, unless the forward's one chunk still holds them. lnf was
+        // prepared in place by the forward; the head is fp32 on the GPU, whose preparation (a
+        // bf16 rounding) gives the same bits twice.
+        if (acts.logit_rows < N) linear_forward(*w.output, acts.logits.data(), prepare(*w.output, lnf_rows, rows), rows);
+        float* dlogits = acts.logits.data();  // in place, as the CPU
+        cross_entropy_forward_backward(dlogits, acts.logits.data(), acts.targets.data() + first, rows, V, grad_scale,
+                                       acts.row_loss.data() + first);
+        linear_backward(*w.output, acts.d_c.data() + static_cast<size_t>(first) * c.dim, dlogits, lnf_rows, rows,
+                        gradients);
+    }
     acts.d_residual.zero();
     rmsnorm_backward(acts.d_residual.data(), gradients + w.output_norm->flat_offset, acts.d_c.data(),
                      acts.final_input.data(), model_.value(*w.output_norm), acts.lnf_rstd.data(), N, w.output_norm->cols,

@@ -62,7 +62,14 @@ struct DeviceActivations {
     bool recompute = false;
     std::vector<DeviceLayerActivations> layers;
     DeviceLayerActivations lent;  // recompute only: every value but the input
-    DeviceArray<float> final_input, lnf, lnf_rstd, logits, row_loss;
+    // The head's logits in chunks of logit_rows rows, at most logit_chunk_bytes at once: the
+    // forward takes each chunk's loss, the backward computes the chunk again for its gradient
+    // (where one chunk holds every row, the forward's logits are kept). recompute chunks them by
+    // kLogitChunkBytes: the whole (N, V) matrix is then the largest activation (2 GiB at the
+    // 130M model's 16k tokens); without it, one chunk of every row, for speed.
+    int logit_rows = 0;
+    DeviceArray<float> final_input, lnf, lnf_rstd, row_loss;
+    DeviceArray<float> logits;  // (logit_rows, V)
     DeviceArray<int32_t> tokens, targets;
     // The micro-batch's positions grouped by token (cuda/kernels.h's TokenGroups, capacity N each)
     // for the embedding backward; distinct_tokens groups are in use.
@@ -71,10 +78,17 @@ struct DeviceActivations {
     DeviceArray<float> d_residual, d_c, d_c2, d_q, d_k, d_v, d_f, d_gate, d_up, delta, norm_scratch;
     DeviceArray<float> rope_cos, rope_sin;  // (seq, head_dim / 2), kernels/rope.h's table
 
-    DeviceActivations(const ModelConfig& config, int batch, int seq, bool recompute = false);
+    static constexpr size_t kLogitChunkBytes = size_t{256} << 20;
+    // logit_chunk_bytes 0: as recompute says (kLogitChunkBytes, or every row in one chunk).
+    DeviceActivations(const ModelConfig& config, int batch, int seq, bool recompute = false,
+                      size_t logit_chunk_bytes = 0);
     // The bytes of the activations category the constructor allocates (the ledger's blocks): the
     // memory plan checks them against the device's free memory before anything is allocated.
     static size_t planned_bytes(const ModelConfig& config, int batch, int seq, bool recompute = false);
+    // Rows of logits a chunk holds: as many as logit_chunk_bytes takes (0: as recompute says), at
+    // least one, at most N.
+    static int logit_chunk_rows(const ModelConfig& config, int batch, int seq, bool recompute,
+                                size_t logit_chunk_bytes = 0);
     // recompute: gives layer `layer` the lent values, or takes them back (the same call again).
     void lend_values(int layer);
 };

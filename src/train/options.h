@@ -37,7 +37,7 @@ struct TrainOptions {
     float grad_clip = 1.0f;   // global-norm clipping; 0 disables
     bool fused_update = false;  // update each weight in the backward pass, no whole-model gradient
     TrainDevice device = TrainDevice::cpu;
-    bool recompute = false;   // GPU: save each layer's input only, recompute the rest in the backward
+    bool recompute = false;   // GPU: save each layer's input only, recompute the rest (and the logits) in the backward
     CommCompression compression;  // of data-parallel transfers (mpirun); off by default
     int eval_every = 100;     // steps; 0 = only at the end
     int64_t eval_tokens = 131072;

@@ -90,7 +90,7 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
         settled = checkpoint->options;
         settled.out_dir = requested.out_dir;
         settled.device = requested.device;  // where this process runs: a run resumes on either device
-        settled.recompute = requested.recompute;  // how it holds activations: the same bits either way
+        settled.recompute = requested.recompute;  // how this process holds activations, as device
     }
     RunSetup run{settled, open_dataset(settled.data_dir), std::move(checkpoint)};
     TrainOptions& options = run.options;

@@ -173,6 +173,46 @@ TEST_F(GpuTraining, RecomputedLayersGiveTheSavedPassBitForBit) {
     }
 }
 
+// The head's logits in row chunks (three, the last one short) against one chunk of every row:
+// the same loss and gradients up to the order the head's weight gradient and the loss sum the
+// chunks in (1e-6 of the largest gradient; the loss 1e-9 relative). Wiring a chunk to the wrong
+// rows or targets moves them by order 1.
+TEST_F(GpuTraining, LogitsInRowChunksGiveTheWholeMatrixsLossAndGradients) {
+    const int B = 2, T = 64, N = B * T;
+    for (const std::string label : {"fp", "dqt-1.58", "fp-bf16"}) {
+        SCOPED_TRACE(label + ", seed " + std::to_string(test_seed()));
+        std::mt19937_64 rng(test_seed());
+        const ModelConfig config = small_config(false);
+        ModelParameters host(config, method_of(label));
+        host.initialize(test_seed());
+        const Batch batch = random_batch(rng, N, config.vocab_size);
+        DeviceModel device(host);
+        TrainingPass pass(device);
+        auto gradients_of = [&](size_t chunk_bytes, double& loss) {
+            DeviceActivations acts(config, B, T, false, chunk_bytes);
+            loss = pass.forward(acts, batch.tokens.data(), batch.targets.data());
+            DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
+            gradients.zero();
+            pass.backward(acts, 1.0f / N, gradients.data());
+            return download(gradients);
+        };
+        const size_t row_bytes = static_cast<size_t>(config.vocab_size) * sizeof(float);
+        ASSERT_EQ(DeviceActivations::logit_chunk_rows(config, B, T, false, 50 * row_bytes), 50);
+        ASSERT_EQ(DeviceActivations::logit_chunk_rows(config, B, T, false), N);
+        double whole_loss = 0.0, chunked_loss = 0.0;
+        const std::vector<float> whole = gradients_of(0, whole_loss);
+        const std::vector<float> chunked = gradients_of(50 * row_bytes, chunked_loss);  // 50 + 50 + 28 rows
+        EXPECT_NEAR(chunked_loss, whole_loss, 1e-9 * whole_loss);
+        for (const ParamTensor& tensor : host.layout.tensors) {
+            const auto at = [&](const std::vector<float>& all) {
+                return std::vector<float>(all.begin() + static_cast<ptrdiff_t>(tensor.flat_offset),
+                                          all.begin() + static_cast<ptrdiff_t>(tensor.flat_offset + tensor.count()));
+            };
+            EXPECT_LT(relative_error(at(chunked), at(whole)), 1e-6) << tensor.name;
+        }
+    }
+}
+
 TEST_F(GpuTraining, AnOptimizerStepFromTheSameGradientsMatchesTheCpuBitForBit) {
     for (const std::string label : {"fp", "bitnet", "dqt-1.58", "dqt-8"}) {
         for (StateDtype state : {StateDtype::fp32, StateDtype::q8}) {
