@@ -74,6 +74,17 @@ Batch random_batch(std::mt19937_64& rng, int count, int vocab) {
     return batch;
 }
 
+// One forward and backward of a batch on the GPU: the summed loss, and the whole-model gradient
+// (scaled by 1 / N) on the host.
+std::vector<float> gpu_gradients(TrainingPass& pass, const ModelParameters& host, DeviceActivations& acts,
+                                 const Batch& batch, double& loss) {
+    loss = pass.forward(acts, batch.tokens.data(), batch.targets.data());
+    DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
+    gradients.zero();
+    pass.backward(acts, 1.0f / static_cast<float>(batch.tokens.size()), gradients.data());
+    return download(gradients);
+}
+
 }  // namespace
 
 class GpuTraining : public Gpu {};
@@ -152,17 +163,10 @@ TEST_F(GpuTraining, RecomputedLayersGiveTheSavedPassBitForBit) {
             const Batch batch = random_batch(rng, N, config.vocab_size);
             DeviceModel device(host);
             TrainingPass pass(device);
-            auto gradients_of = [&](bool recompute, double& loss) {
-                DeviceActivations acts(config, B, T, recompute);
-                loss = pass.forward(acts, batch.tokens.data(), batch.targets.data());
-                DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
-                gradients.zero();
-                pass.backward(acts, 1.0f / N, gradients.data());
-                return download(gradients);
-            };
+            DeviceActivations saved_acts(config, B, T, false), recomputed_acts(config, B, T, true);
             double saved_loss = 0.0, recomputed_loss = 0.0;
-            const std::vector<float> saved = gradients_of(false, saved_loss);
-            const std::vector<float> recomputed = gradients_of(true, recomputed_loss);
+            const std::vector<float> saved = gpu_gradients(pass, host, saved_acts, batch, saved_loss);
+            const std::vector<float> recomputed = gpu_gradients(pass, host, recomputed_acts, batch, recomputed_loss);
             EXPECT_EQ(recomputed_loss, saved_loss);
             ASSERT_EQ(recomputed.size(), saved.size());
             size_t differing = 0;
@@ -188,20 +192,13 @@ TEST_F(GpuTraining, LogitsInRowChunksGiveTheWholeMatrixsLossAndGradients) {
         const Batch batch = random_batch(rng, N, config.vocab_size);
         DeviceModel device(host);
         TrainingPass pass(device);
-        auto gradients_of = [&](size_t chunk_bytes, double& loss) {
-            DeviceActivations acts(config, B, T, false, chunk_bytes);
-            loss = pass.forward(acts, batch.tokens.data(), batch.targets.data());
-            DeviceArray<float> gradients(MemCategory::gradients, host.layout.total);
-            gradients.zero();
-            pass.backward(acts, 1.0f / N, gradients.data());
-            return download(gradients);
-        };
         const size_t row_bytes = static_cast<size_t>(config.vocab_size) * sizeof(float);
         ASSERT_EQ(DeviceActivations::logit_chunk_rows(config, B, T, false, 50 * row_bytes), 50);
         ASSERT_EQ(DeviceActivations::logit_chunk_rows(config, B, T, false), N);
+        DeviceActivations whole_acts(config, B, T, false), chunked_acts(config, B, T, false, 50 * row_bytes);
         double whole_loss = 0.0, chunked_loss = 0.0;
-        const std::vector<float> whole = gradients_of(0, whole_loss);
-        const std::vector<float> chunked = gradients_of(50 * row_bytes, chunked_loss);  // 50 + 50 + 28 rows
+        const std::vector<float> whole = gpu_gradients(pass, host, whole_acts, batch, whole_loss);
+        const std::vector<float> chunked = gpu_gradients(pass, host, chunked_acts, batch, chunked_loss);  // 50, 50, 28 rows
         EXPECT_NEAR(chunked_loss, whole_loss, 1e-9 * whole_loss);
         for (const ParamTensor& tensor : host.layout.tensors) {
             const auto at = [&](const std::vector<float>& all) {
