@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/ternary_matmul.h"
+#include "kernels/ternary_tiles.h"
 #include "quant/codes.h"
 #include "test_helpers.h"
 
@@ -98,6 +99,29 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
         }
     }
     EXPECT_GE(paths_run, 24);  // at least the scalar path every trial
+}
+
+// The small-batch kernel splits its rows into groups (1, 3 or 4 rows; kernels/ternary_tiles.cpp):
+// every row count it serves, so every split, against the reference.
+TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
+    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int> dim(1, 600);
+    for (int n = 1; n <= kSmallBatchMaxRows; ++n) {
+        const int rows = dim(rng), cols = dim(rng);
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.031f);
+        const auto x = random_rows(rng, n * cols);
+        Int8Rows a;
+        quantize_rows_int8(x.data(), n, cols, a);
+        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
+        ternary_matmul_reference(w, a, expected.data());
+        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
+        for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+    }
 }
 
 TEST(TernaryMatmul, ReferenceEqualsTheFloatProductOfDequantizedOperands) {

@@ -137,13 +137,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// An activation row rearranged so that the 64 values shift n of a block pairs with are
-// contiguous: out[256b + 64n + 32h + m] = a[256b + 128h + 32n + m].
-void interleave_for_codes(const int8_t* a, int blocks, int8_t* out) {
+// A group of `count` activation rows rearranged so that everything one block's shift n pairs
+// with is contiguous, row after row: out[((4b + n) * count + j) * 64 + 32h + m] =
+// a_j[256b + 128h + 32n + m]. One pointer then reaches every row's operand at a constant
+// offset (with a pointer per row, 8 rows ran out of general registers and spilled them).
+// Rows from `live` on are padding, zeros.
+void interleave_group_for_codes(const int8_t* a, size_t a_stride, int count, int live, int blocks, int8_t* out) {
     for (int b = 0; b < blocks; ++b)
         for (int n = 0; n < 4; ++n)
-            for (int h = 0; h < 2; ++h)
-                std::memcpy(out + 256 * b + 64 * n + 32 * h, a + 256 * b + 128 * h + 32 * n, 32);
+            for (int j = 0; j < count; ++j)
+                for (int h = 0; h < 2; ++h) {
+                    int8_t* to = out + ((4 * b + n) * count + j) * 64 + 32 * h;
+                    if (j < live)
+                        std::memcpy(to, a + static_cast<size_t>(j) * a_stride + 256 * b + 128 * h + 32 * n, 32);
+                    else
+                        std::memset(to, 0, 32);
+                }
 }
 
 // How far ahead of its loads a decode tile prefetches its weight stream: 4 KiB, about what the
@@ -170,19 +179,21 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(con
                             _mm512_shuffle_i32x4(octets[0], octets[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Weight rows [row_begin, row_end) against R interleaved activation rows a[j], 16 / R weight
+// Weight rows [row_begin, row_end) against a group of R activation rows interleaved as
+// interleave_group_for_codes writes them, 16 / R weight
 // rows at a time: each weight block is loaded and its codes unpacked once for all R rows, and
 // the tile's 16 dots (lane i * R + j: weight row i, activation row j; unused ones stay zero)
 // fold into one vector.
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
-    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* const* a,
-    const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
+    const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a,
+    const int32_t* a_sums, const float* factors, int live, int blocks, float* out, size_t out_stride) {
     constexpr int kRows = 16 / R;  // weight rows a tile
     const __m512i low2 = _mm512_set1_epi8(3);
     alignas(64) int32_t lane_sums[16] = {};
     alignas(64) float lane_factors[16] = {};
     for (int k = 0; k < kRows * R; ++k) {
+        if (k % R >= live) continue;  // padding rows: their dots are dropped
         lane_sums[k] = a_sums[k % R];
         lane_factors[k] = factors[k % R];
     }
@@ -197,61 +208,55 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
         // stay in registers: 32 of them hold 16 accumulators, the mask, a code vector and the rest.
         __m512i acc[16];
         for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_si512();
-        if constexpr (R <= 2) {
-            // Memory-bound shapes (decode, two streams): each weight row read whole, front to
-            // back, so the tile's bytes stream in address order (a pass over the tile block by
-            // block, 16 rows interleaved, read 1.65x slower with or without software prefetches).
-            // The stream is prefetched kStreamPrefetchBytes ahead: the hardware prefetcher alone
-            // kept one thread at 14 GB/s of a 27 GB/s read limit on a Zen 5 (20-22 with it,
-            // bench_ternary_batch; docs/results.md). Four partial sums per dot, one per code
-            // shift, keep four independent dpbusd chains in flight.
+        if constexpr (R == 1) {
+            // The memory-bound shape (decode, and the groups of one next_row_group makes):
+            // each weight row read whole, front to back, so the tile's bytes stream in address
+            // order (a pass over the tile block by block, 16 rows interleaved, read 1.65x slower
+            // with or without software prefetches). The stream is prefetched
+            // kStreamPrefetchBytes ahead: the hardware prefetcher alone kept one thread at 14
+            // GB/s of a 27 GB/s read limit on a Zen 5 (20-22 with it, bench_ternary_batch;
+            // docs/results.md). Four partial sums per dot, one per code shift, keep four
+            // independent dpbusd chains in flight.
 #pragma GCC unroll 16
             for (int i = 0; i < kRows; ++i) {
-                __m512i part[4][R];
+                __m512i part[4];
 #pragma GCC unroll 4
-                for (int n = 0; n < 4; ++n)
-#pragma GCC unroll 2
-                    for (int j = 0; j < R; ++j) part[n][j] = _mm512_setzero_si512();
+                for (int n = 0; n < 4; ++n) part[n] = _mm512_setzero_si512();
                 for (int b = 0; b < blocks; ++b) {
                     _mm_prefetch(reinterpret_cast<const char*>(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes +
                                                                kStreamPrefetchBytes),
                                  _MM_HINT_T0);
                     const __m512i w = _mm512_loadu_si512(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes);
-                    const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
+                    const int8_t* block_a = a + static_cast<size_t>(b) * kTernaryBlock;
 #pragma GCC unroll 4
                     for (int n = 0; n < 4; ++n) {
                         const __m512i codes = _mm512_and_si512(_mm512_srli_epi16(w, 2 * n), low2);
-#pragma GCC unroll 2
-                        for (int j = 0; j < R; ++j)
-                            part[n][j] = dpbusd(part[n][j], codes, _mm512_loadu_si512(a[j] + a_offset + 64 * n));
+                        part[n] = dpbusd(part[n], codes, _mm512_load_si512(block_a + n * 64));
                     }
                 }
-#pragma GCC unroll 2
-                for (int j = 0; j < R; ++j)
-                    acc[i * R + j] = _mm512_add_epi32(_mm512_add_epi32(part[0][j], part[1][j]),
-                                                      _mm512_add_epi32(part[2][j], part[3][j]));
+                acc[i] = _mm512_add_epi32(_mm512_add_epi32(part[0], part[1]), _mm512_add_epi32(part[2], part[3]));
             }
         } else {
-            // Compute-bound shapes: the tile's few weight rows pass block by block; each
-            // shift's R activation vectors are held while those rows' codes for it pass. Each
-            // block prefetches the same line of the row 16 rows on (without, 8 rows ran 1.08x
-            // slower: a tile of short rows is a few hundred bytes of a page, where the hardware
-            // prefetcher starts over).
+            // Compute-bound shapes (groups of 3 and 4): the tile's few weight rows pass block by
+            // block; each shift's R activation vectors are held while those rows' codes for it
+            // pass. Each block prefetches the same line of the row 16 rows on (without, 8 rows
+            // ran 1.08x slower: a tile of short rows is a few hundred bytes of a page, where the
+            // hardware prefetcher starts over).
             for (int b = 0; b < blocks; ++b) {
-                const size_t a_offset = static_cast<size_t>(b) * kTernaryBlock;
+                const int8_t* block_a = a + static_cast<size_t>(b) * R * kTernaryBlock;
                 const size_t w_offset = static_cast<size_t>(b) * kTernaryBlockBytes;
                 for (int i = 0; i < kRows; ++i)
                     _mm_prefetch(reinterpret_cast<const char*>(rows[i] + w_offset + 16 * row_bytes), _MM_HINT_T0);
 #pragma GCC unroll 4
                 for (int n = 0; n < 4; ++n) {
                     __m512i av[R];
-#pragma GCC unroll 8
-                    for (int j = 0; j < R; ++j) av[j] = _mm512_loadu_si512(a[j] + a_offset + 64 * n);
+#pragma GCC unroll 4
+                    for (int j = 0; j < R; ++j) av[j] = _mm512_load_si512(block_a + (n * R + j) * 64);
 #pragma GCC unroll 5
                     for (int i = 0; i < kRows; ++i) {
                         const __m512i codes =
                             _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(rows[i] + w_offset), 2 * n), low2);
-#pragma GCC unroll 8
+#pragma GCC unroll 4
                         for (int j = 0; j < R; ++j) acc[i * R + j] = dpbusd(acc[i * R + j], codes, av[j]);
                     }
                 }
@@ -260,43 +265,58 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
         alignas(64) float values[16];
         _mm512_store_ps(values, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(fold16(acc), sums))));
         for (int i = 0; i < count; ++i)
-            for (int j = 0; j < R; ++j) out[static_cast<size_t>(j) * out_stride + first + i] = values[i * R + j];
+            for (int j = 0; j < live; ++j) out[static_cast<size_t>(j) * out_stride + first + i] = values[i * R + j];
     }
 }
 
 }  // namespace
 
+// The next group of activation rows: `live` of the `remaining` rows, run by the kernel for
+// `rows` (1, 3 or 4; the rest padding). Measured with bench_ternary_batch (AMD Zen 5, the 154M
+// model's layers from memory): a group reads its weight chunk once and groups after the first
+// find it in L2; groups of 3 and 4 run at 50-65% of the VNNI limit from memory, one of 8 at
+// 45% (its 2-row tiles stall on weight loads), so 8 rows run as 4 + 4 (1.5x faster) and 6 as
+// 3 + 3; a group of 2 read 12 GB/s where one row reads 21 and a group of 3 18, so 2 rows run
+// as a group of 3 with one row of zeros (1.4x faster than 2 alone or 1 + 1).
+struct RowGroup {
+    int rows, live;
+};
+RowGroup next_row_group(int remaining) {
+    if (remaining == 6 || remaining == 3) return {3, 3};
+    if (remaining == 2) return {3, 2};
+    return remaining >= 4 ? RowGroup{4, 4} : RowGroup{1, 1};
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_rows_avx512_vnni(
     const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, size_t a_stride,
     int a_rows, const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
-    const size_t interleaved_bytes = static_cast<size_t>(blocks) * kTernaryBlock;
-    // (a_rows, blocks * 256), reused across calls; 64-byte aligned, as each load must be to stay
-    // within one cache line (a std::vector's 16-byte alignment made 8 rows 1.35x slower).
+    const size_t row_interleaved_bytes = static_cast<size_t>(blocks) * kTernaryBlock;
+    // (a_rows, blocks * 256) in the groups next_row_group makes, reused across calls;
+    // 64-byte aligned, as each load must be to stay within one cache line (a std::vector's
+    // 16-byte alignment made 8 rows 1.35x slower).
     thread_local Array<int8_t> interleaved;
-    if (interleaved.size() < static_cast<size_t>(a_rows) * interleaved_bytes)
-        interleaved = Array<int8_t>(MemCategory::scratch, static_cast<size_t>(a_rows) * interleaved_bytes);
-    for (int r = 0; r < a_rows; ++r)
-        interleave_for_codes(a + static_cast<size_t>(r) * a_stride, blocks, interleaved.data() + r * interleaved_bytes);
+    const size_t padded_rows = static_cast<size_t>(a_rows) + 1;  // a group of 3 may hold one row of padding
+    if (interleaved.size() < padded_rows * row_interleaved_bytes)
+        interleaved = Array<int8_t>(MemCategory::scratch, padded_rows * row_interleaved_bytes);
+    for (int first = 0; first < a_rows; first += next_row_group(a_rows - first).live) {
+        const RowGroup group = next_row_group(a_rows - first);
+        interleave_group_for_codes(a + static_cast<size_t>(first) * a_stride, a_stride, group.rows, group.live,
+                                   blocks, interleaved.data() + first * row_interleaved_bytes);
+    }
     // Chunks of weight rows small enough to stay in L1/L2 while every group of activation rows passes.
     for (int chunk = row_begin; chunk < row_end; chunk += kSmallBatchChunkRows) {
         const int chunk_end = std::min(row_end, chunk + kSmallBatchChunkRows);
-        for (int first = 0; first < a_rows; first += kSmallBatchGroupRows) {
-            const int count = std::min(kSmallBatchGroupRows, a_rows - first);
-            const int8_t* group[kSmallBatchGroupRows];
-            for (int j = 0; j < count; ++j) group[j] = interleaved.data() + (first + j) * interleaved_bytes;
+        for (int first = 0; first < a_rows; first += next_row_group(a_rows - first).live) {
+            const RowGroup group = next_row_group(a_rows - first);
+            const int8_t* group_a = interleaved.data() + first * row_interleaved_bytes;
             const auto run = [&](auto tiles) {
-                tiles(packed, row_bytes, chunk, chunk_end, group, a_sums + first, factors + first, blocks,
-                      out + first * out_stride, out_stride);
+                tiles(packed, row_bytes, chunk, chunk_end, group_a, a_sums + first, factors + first, group.live,
+                      blocks, out + first * out_stride, out_stride);
             };
-            switch (count) {
+            switch (group.rows) {
                 case 1: run(small_batch_tiles<1>); break;
-                case 2: run(small_batch_tiles<2>); break;
                 case 3: run(small_batch_tiles<3>); break;
-                case 4: run(small_batch_tiles<4>); break;
-                case 5: run(small_batch_tiles<5>); break;
-                case 6: run(small_batch_tiles<6>); break;
-                case 7: run(small_batch_tiles<7>); break;
-                default: run(small_batch_tiles<8>); break;
+                default: run(small_batch_tiles<4>); break;
             }
         }
     }

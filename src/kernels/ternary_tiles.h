@@ -22,11 +22,10 @@ struct TernaryTileKernel {
 // The decode and small-batch shapes on AVX-512 VNNI: weight rows [row_begin, row_end) of
 // packed rows (row_bytes apart) against a_rows int8 rows a (a_stride apart, blocks * 256
 // values each), written as out[r * out_stride + o] = factors[r] * (dot(o, r) - a_sums[r]).
-// Activations are interleaved once per call; groups of up to 8 activation rows run against
-// 16 / group weight rows at a time, and the tile's sums fold into one vector. One or two rows
-// (memory-bound) read each weight row whole, in address order; more (compute-bound) pass the
-// tile block by block, each block's codes unpacked once for the whole group.
-inline constexpr int kSmallBatchGroupRows = 8;
+// Activations are interleaved once per call; groups of 1, 3 or 4 activation rows run against
+// 16 / group weight rows at a time, and the tile's sums fold into one vector. A group of one
+// row (memory-bound) reads each weight row whole, in address order; larger groups
+// (compute-bound) pass the tile block by block, each block's codes unpacked once for the group.
 inline constexpr int kSmallBatchChunkRows = 64;  // weight rows a group pass covers before the next group
 inline constexpr int kSmallBatchMaxRows = 16;    // ternary_matmul uses this kernel up to here
 void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
