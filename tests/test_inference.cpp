@@ -219,35 +219,41 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnDecode) {
         ModelParameters parameters(config, c.method);
         parameters.initialize(seed + 7);
         const InferenceModel model(parameters);
-        for (KvCacheType cache : {KvCacheType::f32, KvCacheType::f16}) {
-            SCOPED_TRACE(std::string(c.name) + ", cache " + kv_cache_type_name(cache));
-            std::vector<std::unique_ptr<InferenceSession>> batched, alone;
-            std::vector<std::vector<int32_t>> tokens;
-            for (size_t s = 0; s < prompts.size(); ++s) {
-                tokens.push_back(random_tokens(seed + 100 + s, T, V));
-                batched.push_back(std::make_unique<InferenceSession>(model, T, cache));
-                alone.push_back(std::make_unique<InferenceSession>(model, T, cache));
-                batched.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
-                alone.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
-            }
-            std::vector<InferenceSession*> sessions;
-            for (auto& session : batched) sessions.push_back(session.get());
-            for (int step = 0; step < 4; ++step) {
-                std::vector<int32_t> next;
-                for (size_t s = 0; s < prompts.size(); ++s) next.push_back(tokens[s][prompts[s] + step]);
-                const float* logits = InferenceSession::run_batch(sessions, next.data());
-                const std::vector<float> got(logits, logits + prompts.size() * V);
+        // Three threads do not divide the GQA models' two kv heads: the batch's q, k and v rows
+        // are then split evenly and the threads meet before attending.
+        for (const auto& [cache, threads] : {std::pair{KvCacheType::f32, 2}, std::pair{KvCacheType::f16, 2},
+                                             std::pair{KvCacheType::f32, 3}}) {
+            SCOPED_TRACE(std::string(c.name) + ", cache " + kv_cache_type_name(cache) + ", threads " +
+                         std::to_string(threads));
+            dqt::testing::with_threads(threads, [&] {
+                std::vector<std::unique_ptr<InferenceSession>> batched, alone;
+                std::vector<std::vector<int32_t>> tokens;
                 for (size_t s = 0; s < prompts.size(); ++s) {
-                    const float* expected = alone[s]->run(&next[s], 1, LogitRows::last);
-                    expect_logits(&got[s * V], expected, V, true,
-                                  "sequence " + std::to_string(s) + ", step " + std::to_string(step));
-                    EXPECT_EQ(batched[s]->position(), alone[s]->position());
+                    tokens.push_back(random_tokens(seed + 100 + s, T, V));
+                    batched.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                    alone.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                    batched.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
+                    alone.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
                 }
-            }
-            std::vector<InferenceSession*> twice = {sessions[0], sessions[1], sessions[0]};
-            const int32_t three[3] = {0, 0, 0};
-            EXPECT_THROW(InferenceSession::run_batch(twice, three), Error);
-            EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
+                std::vector<InferenceSession*> sessions;
+                for (auto& session : batched) sessions.push_back(session.get());
+                for (int step = 0; step < 4; ++step) {
+                    std::vector<int32_t> next;
+                    for (size_t s = 0; s < prompts.size(); ++s) next.push_back(tokens[s][prompts[s] + step]);
+                    const float* logits = InferenceSession::run_batch(sessions, next.data());
+                    const std::vector<float> got(logits, logits + prompts.size() * V);
+                    for (size_t s = 0; s < prompts.size(); ++s) {
+                        const float* expected = alone[s]->run(&next[s], 1, LogitRows::last);
+                        expect_logits(&got[s * V], expected, V, true,
+                                      "sequence " + std::to_string(s) + ", step " + std::to_string(step));
+                        EXPECT_EQ(batched[s]->position(), alone[s]->position());
+                    }
+                }
+                std::vector<InferenceSession*> twice = {sessions[0], sessions[1], sessions[0]};
+                const int32_t three[3] = {0, 0, 0};
+                EXPECT_THROW(InferenceSession::run_batch(twice, three), Error);
+                EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
+            });
         }
     }
 }
@@ -372,8 +378,8 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
             SCOPED_TRACE(std::to_string(threads) + " threads");
             std::pair<std::vector<float>, std::vector<float>> from_halves, from_fp32;
             dqt::testing::with_threads(threads, [&] {
-                from_halves = run_all(halves);
-                from_fp32 = run_all(fp32);
+                    from_halves = run_all(halves);
+                    from_fp32 = run_all(fp32);
             });
             EXPECT_EQ(from_halves.first, from_fp32.first);
             expect_logits(from_halves.second.data(), from_fp32.second.data(), from_fp32.second.size(), false, "decode");
