@@ -221,7 +221,7 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnDecode) {
         const InferenceModel model(parameters);
         // Three threads do not divide the GQA models' two kv heads: the batch's q, k and v rows
         // are then split evenly and the threads meet before attending.
-        for (const std::pair<KvCacheType, int> setting :
+        for (const std::pair<KvCacheType, int>& setting :
              {std::pair{KvCacheType::f32, 2}, std::pair{KvCacheType::f16, 2}, std::pair{KvCacheType::f32, 3}}) {
             // Plain variables, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
             const KvCacheType cache = setting.first;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/ternary_matmul.h"
 #include "kernels/vnni.h"
 
@@ -269,49 +270,52 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
     }
 }
 
-}  // namespace
-
 // The next group of activation rows: `live` of the `remaining` rows, run by the kernel for
 // `rows` (1, 3 or 4; the rest padding). Measured with bench_ternary_batch (AMD Zen 5, the 154M
 // model's layers from memory): a group reads its weight chunk once and groups after the first
-// find it in L2; groups of 3 and 4 run at 50-65% of the VNNI limit from memory, one of 8 at
-// 45% (its 2-row tiles stall on weight loads), so 8 rows run as 4 + 4 (1.5x faster) and 6 as
-// 3 + 3; a group of 2 read 12 GB/s where one row reads 21 and a group of 3 18, so 2 rows run
-// as a group of 3 with one row of zeros (1.4x faster than 2 alone or 1 + 1).
+// find it in L2; groups of 3 and 4 run at 61-65% of the VNNI limit from memory, one of 8 at
+// 44% (its 2-row tiles stall on weight loads), so 8 rows run as 4 + 4 (1.56x faster) and 6 as
+// 3 + 3; a group of 2 read 11-12 GB/s where one row reads 20 and a group of 3 17, so 2 rows run
+// as a group of 3 with one row of zeros (1.56x faster; docs/serve.md, "Groups of four rows").
 struct RowGroup {
-    int rows, live;
+    int first, rows, live;
 };
-RowGroup next_row_group(int remaining) {
-    if (remaining == 6 || remaining == 3) return {3, 3};
-    if (remaining == 2) return {3, 2};
-    return remaining >= 4 ? RowGroup{4, 4} : RowGroup{1, 1};
+RowGroup next_row_group(int first, int remaining) {
+    if (remaining == 6 || remaining == 3) return {first, 3, 3};
+    if (remaining == 2) return {first, 3, 2};
+    return remaining >= 4 ? RowGroup{first, 4, 4} : RowGroup{first, 1, 1};
 }
+
+}  // namespace
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_rows_avx512_vnni(
     const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, size_t a_stride,
     int a_rows, const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
+    if (a_rows > kSmallBatchMaxRows) throw Error("ternary small batch: more activation rows than kSmallBatchMaxRows");
+    RowGroup groups[kSmallBatchMaxRows];
+    int group_count = 0;
+    for (int first = 0; first < a_rows; first += groups[group_count++].live)
+        groups[group_count] = next_row_group(first, a_rows - first);
     const size_t row_interleaved_bytes = static_cast<size_t>(blocks) * kTernaryBlock;
-    // (a_rows, blocks * 256) in the groups next_row_group makes, reused across calls;
-    // 64-byte aligned, as each load must be to stay within one cache line (a std::vector's
-    // 16-byte alignment made 8 rows 1.35x slower).
+    // (a_rows, blocks * 256) in those groups, reused across calls; 64-byte aligned, as each load
+    // must be to stay within one cache line (a std::vector's 16-byte alignment made 8 rows 1.35x
+    // slower).
     thread_local Array<int8_t> interleaved;
     const size_t padded_rows = static_cast<size_t>(a_rows) + 1;  // a group of 3 may hold one row of padding
     if (interleaved.size() < padded_rows * row_interleaved_bytes)
         interleaved = Array<int8_t>(MemCategory::scratch, padded_rows * row_interleaved_bytes);
-    for (int first = 0; first < a_rows; first += next_row_group(a_rows - first).live) {
-        const RowGroup group = next_row_group(a_rows - first);
-        interleave_group_for_codes(a + static_cast<size_t>(first) * a_stride, a_stride, group.rows, group.live,
-                                   blocks, interleaved.data() + first * row_interleaved_bytes);
-    }
+    for (int g = 0; g < group_count; ++g)
+        interleave_group_for_codes(a + static_cast<size_t>(groups[g].first) * a_stride, a_stride, groups[g].rows,
+                                   groups[g].live, blocks, interleaved.data() + groups[g].first * row_interleaved_bytes);
     // Chunks of weight rows small enough to stay in L1/L2 while every group of activation rows passes.
     for (int chunk = row_begin; chunk < row_end; chunk += kSmallBatchChunkRows) {
         const int chunk_end = std::min(row_end, chunk + kSmallBatchChunkRows);
-        for (int first = 0; first < a_rows; first += next_row_group(a_rows - first).live) {
-            const RowGroup group = next_row_group(a_rows - first);
-            const int8_t* group_a = interleaved.data() + first * row_interleaved_bytes;
+        for (int g = 0; g < group_count; ++g) {
+            const RowGroup& group = groups[g];
+            const int8_t* group_a = interleaved.data() + group.first * row_interleaved_bytes;
             const auto run = [&](auto tiles) {
-                tiles(packed, row_bytes, chunk, chunk_end, group_a, a_sums + first, factors + first, group.live,
-                      blocks, out + first * out_stride, out_stride);
+                tiles(packed, row_bytes, chunk, chunk_end, group_a, a_sums + group.first, factors + group.first,
+                      group.live, blocks, out + group.first * out_stride, out_stride);
             };
             switch (group.rows) {
                 case 1: run(small_batch_tiles<1>); break;
