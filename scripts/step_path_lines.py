@@ -41,7 +41,6 @@ FORWARD_BACKWARD = [
     ("src/model/gradient_sink.cpp", "int gradient_piece_rows("),
     ("src/model/gradient_sink.cpp", "std::vector<double> chunk_sums_of_squares("),
     ("src/model/gradient_sink.cpp", "double sum_in_order("),
-    ("src/optim/fused_update.cpp", "float clip_factor("),
     ("src/optim/optimizer.cpp", "TensorUpdate::TensorUpdate("),
     ("src/optim/optimizer.cpp", "void TensorUpdate::apply("),
     ("src/optim/optimizer.cpp", "void TensorUpdate::finish("),
@@ -60,6 +59,7 @@ PATHS = {
     # exchange and the communicator's collectives on a group of one.
     "4f5fb06": {
         "functions": FORWARD_BACKWARD + TRAINING_PASSES + [
+            ("src/optim/fused_update.cpp", "float clip_factor("),
             ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run_unfused("),
             ("src/data_parallel/gradient_exchange.cpp", "void add_into("),
             ("src/data_parallel/gradient_exchange.cpp", "GradientExchange::GradientExchange("),
@@ -82,15 +82,18 @@ PATHS = {
             "src/data_parallel/shard_plan.h",
         ],
     },
-    # The block written once (model/decoder_block.h), walked by the training passes.
+    # The block written once (model/decoder_block.h), walked by the training passes; the
+    # data-parallel half of the step in a class of its own (train/data_parallel_step.h), which
+    # one process does not build.
     "current": {
         "functions": FORWARD_BACKWARD + TRAINING_PASSES + [
+            ("src/optim/optimizer.cpp", "float clip_factor("),
+            ("src/optim/optimizer.cpp", "void clip_gradients("),
             ("src/model/llama.cpp", "class TrainingLayer {"),
             ("src/model/decoder_block.cpp", "bool on_residual_stream("),
             ("src/model/decoder_block.cpp", "int block_value_cols("),
             ("src/model/decoder_block.cpp", "std::vector<BlockStep> decoder_block_steps("),
             ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run_unfused("),
-            ("src/train/training_step.cpp", "void scale_in_place("),
             ("src/model/gradient_accumulator.cpp", "void add_into("),
             ("src/model/gradient_accumulator.cpp", "GradientAccumulator::GradientAccumulator("),
             ("src/model/gradient_accumulator.cpp", "int GradientAccumulator::piece_index("),
@@ -100,7 +103,6 @@ PATHS = {
             ("src/model/gradient_accumulator.cpp", "void GradientAccumulator::check_complete("),
             ("src/model/gradient_accumulator.cpp", "void GradientAccumulator::fold("),
             ("src/model/gradient_sink.cpp", "double sum_of_squares("),
-            ("src/data_parallel/comm.cpp", "void Communicator::reset_counters("),
         ],
         "headers": COMMON_HEADERS + ["src/model/gradient_accumulator.h", "src/core/pairwise_sum.h",
                                      "src/model/decoder_block.h"],

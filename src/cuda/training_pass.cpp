@@ -10,6 +10,7 @@
 #include "cuda/kernels.h"
 #include "cuda/quantize.h"
 #include "kernels/rope.h"
+#include "model/layer_values.h"
 #include "model/llama.h"
 
 namespace dqt::cuda {

@@ -9,6 +9,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/layer_values.h"
 #include "model/decoder_block.h"
 #include "model/weight_access.h"
 

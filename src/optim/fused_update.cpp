@@ -67,8 +67,4 @@ void FusedUpdater::release(const ParamTensor& tensor, int row_begin, int row_end
 
 double FusedUpdater::gradient_norm() const { return std::sqrt(sum_squares_); }
 
-float clip_factor(double norm, float clip) {
-    return clip > 0.0f && norm > clip ? static_cast<float>(clip / norm) : 1.0f;
-}
-
 }  // namespace dqt

@@ -53,7 +53,4 @@ private:
     std::optional<TensorUpdate> update_;  // the tensor whose pieces are being updated
 };
 
-// The clipping factor for a norm: clip / norm when norm exceeds clip (clip > 0), else 1.
-float clip_factor(double norm, float clip);
-
 }  // namespace dqt

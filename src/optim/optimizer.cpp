@@ -50,4 +50,15 @@ void optimizer_step_range(ModelParameters& model, const float* gradients, size_t
     for (size_t k = 0; k < updates.size(); ++k) updates[k].finish(dots[k]);
 }
 
+float clip_factor(double norm, float clip) {
+    return clip > 0.0f && norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+}
+
+void clip_gradients(float* gradients, size_t count, double norm, float clip) {
+    const float factor = clip_factor(norm, clip);
+    if (factor == 1.0f) return;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) gradients[i] *= factor;
+}
+
 }  // namespace dqt

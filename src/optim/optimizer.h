@@ -50,4 +50,9 @@ void optimizer_step_range(ModelParameters& model, const float* gradients, size_t
                           OptimizerState& state, const AdamWConfig& config, float lr, int64_t t, uint64_t seed,
                           const SumOverRanks& sum_over_ranks = {});
 
+// The clipping factor for a norm: clip / norm when norm exceeds clip (clip > 0), else 1.
+float clip_factor(double norm, float clip);
+// gradients (count), whose norm is `norm`, scaled by clip_factor(norm, clip).
+void clip_gradients(float* gradients, size_t count, double norm, float clip);
+
 }  // namespace dqt

@@ -15,8 +15,7 @@ ThroughputResult measure_training_throughput(const ThroughputSetup& setup) {
     ModelParameters model(config, setup.method);
     model.initialize(1);
     OptimizerState state(model.layout, setup.optim_state);
-    const ShardPlan one_rank = make_shard_plan(model.layout, 1);
-    TrainingStep training_step(model, state, AdamWConfig{}, 1.0f, setup.fused_update, 1, 1, self_group(), one_rank);
+    TrainingStep training_step(model, state, AdamWConfig{}, 1.0f, setup.fused_update, 1, 1);
     Activations acts(config, setup.batch, config.seq_len);
     const size_t tokens = static_cast<size_t>(setup.batch) * config.seq_len;
     for (size_t i = 0; i < tokens; ++i) {

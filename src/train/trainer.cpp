@@ -8,26 +8,20 @@
 #include <filesystem>
 #include <optional>
 
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory.h"
-#include "core/parallel.h"
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data_parallel/comm.h"
 #include "data_parallel/evaluate_ranks.h"
-#include "io/atomic_file.h"
 #include "io/folder_lock.h"
 #include "model/llama.h"
 #include "optim/schedule.h"
-#include "train/memory_report.h"
-#include "train/code_dynamics.h"
 #include "train/device_step.h"
 #include "train/memory_estimate.h"
-#include "train/metrics_log.h"
 #include "train/model_checkpoint.h"
-#include "train/progress.h"
+#include "train/run_log.h"
 #include "train/training_state.h"
 
 namespace dqt {
@@ -161,8 +155,19 @@ void claim_run_folder(const TrainOptions& options, const RunControl& control, co
         throw Error(comm.is_root() ? refusal : "rank 0 could not claim the run folder " + options.out_dir);
 }
 
+// --device cuda: the step's GPU half, checked before anything is written (no GPU is one line).
+std::unique_ptr<DeviceStep> start_device(const TrainOptions& options, const RunControl& control, TrainingState& state,
+                                         int ranks) {
+    if (options.device != TrainDevice::cuda) return nullptr;
+    require(ranks == 1, "--device cuda trains in one process: start it without mpirun");
+    require(control.code_stats_every == 0, "--code-stats-every reads the weights between steps: not with --device cuda yet");
+    std::unique_ptr<DeviceStep> device = make_cuda_step(state.model, state.optimizer, options);
+    device->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
+    return device;
+}
+
 // Phases 3 to 5: the model and its state built or loaded, the step loop, the end of the run.
-// Every rank builds the same model; rank 0 alone writes files and prints.
+// Every rank builds the same model; rank 0 alone writes files and prints (train/run_log.h).
 class TrainingRun {
 public:
     TrainingRun(RunSetup& setup, const RunControl& control, const std::string& checkpoint_path, InitialModel& init)
@@ -171,30 +176,17 @@ public:
           control_(control),
           checkpoint_path_(checkpoint_path),
           comm_(world()),
-          writer_(comm_.is_root()),
-          ranks_(comm_.size()),
           state_(options_, *data_.tokenizer, checkpoint_path, control.resume, init.model.get(),
                  control.async_checkpoint, comm_),
-          schedule_{options_.lr, options_.warmup_steps, options_.steps, options_.min_lr_ratio},
-          out_(control.quiet || !writer_ ? nullptr : stderr),
-          progress_(out_ ? out_ : stderr, control.interactive, options_.log_every) {
+          device_(start_device(options_, control, state_, comm_.size())),
+          log_(options_, control, comm_.is_root(), state_.model, state_.position.step),
+          schedule_{options_.lr, options_.warmup_steps, options_.steps, options_.min_lr_ratio} {
         if (init.model) {
             // The initial model is in the run's weights now: its copy goes, and the memory
             // report's peaks start without it (the OS's peak RSS still counts it).
             init = {};
             memory_reset_peaks();
         }
-        if (options_.device == TrainDevice::cuda) {  // before anything is written: no GPU is one line
-            require(ranks_ == 1, "--device cuda trains in one process: start it without mpirun");
-            require(control.code_stats_every == 0,
-                    "--code-stats-every reads the weights between steps: not with --device cuda yet");
-            device_ = make_cuda_step(state_.model, state_.optimizer, options_);
-            device_->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
-        }
-        if (!control.resume && writer_)
-            write_file_atomic(options_.out_dir + "/config.json", nlohmann::json(options_).dump(2) + "\n");
-        if (writer_) metrics_.emplace(metrics_path_in(options_.out_dir), !control.resume, state_.position.step);
-        if (control.code_stats_every > 0 && writer_) code_dynamics_.emplace(state_.model, control.code_stats_every);
         state_.step->skip_nonfinite = control.on_nonfinite == RunControl::NonFinite::skip;
         require(!state_.step->skip_nonfinite || !options_.fused_update,
                 "--on-nonfinite skip needs unfused updates: --fused-update changes the weights inside the backward "
@@ -202,7 +194,7 @@ public:
     }
 
     TrainReport train() {
-        announce();
+        log_.announce(state_, comm_.size());
         std::optional<Activations> acts;  // on the host only when the step runs there
         if (!device_) acts.emplace(options_.model, options_.batch, options_.model.seq_len);
         InterruptGuard interrupt_guard;
@@ -210,14 +202,13 @@ public:
         const int start_step = state_.position.step;
         const auto start = Clock::now();
         int step = start_step;
-        bool interrupted = false;
         while (step < options_.steps) {
             const StepOutcome outcome = run_step(acts, step);
             ++step;
             if (outcome.result.skipped) ++report.skipped_steps;
             const double elapsed = seconds_since(start);
             const double tokens_per_second = static_cast<double>(step - start_step) * options_.tokens_per_step() / elapsed;
-            log_step(step, start_step, outcome, tokens_per_second, elapsed);
+            log_.step_done(step, start_step, outcome, tokens_per_second, elapsed, state_.model, comm_.size());
             report.final_train_loss = outcome.loss;
             report.tokens_per_second = tokens_per_second;
 
@@ -227,65 +218,22 @@ public:
                                   comm_.any(InterruptGuard::requested());
             if ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) || stop_now) save(step);
             if (stop_now && step < options_.steps) {
-                interrupted = true;
                 state_.wait_for_checkpoint();
-                say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path_ +
-                    " (continue with --resume)");
-                break;
+                log_.say("stopped after step " + std::to_string(step) + "; checkpoint saved to " + checkpoint_path_ +
+                         " (continue with --resume)");
+                log_.interrupted();
+                report.steps_done = step;
+                report.checkpoint_path = checkpoint_path_;
+                return report;
             }
         }
+        finish(step, report);
         report.steps_done = step;
         report.checkpoint_path = checkpoint_path_;
-        if (interrupted) {
-            if (out_) progress_.finish();
-        } else {
-            finish(step, report);
-        }
         return report;
     }
 
 private:
-    struct StepOutcome {
-        TrainingStep::Result result;
-        double loss = 0.0;  // nats/token
-        float lr = 0.0f;
-        double seconds = 0.0;
-    };
-
-    void say(const std::string& line) {
-        if (out_) progress_.message(line);
-    }
-
-    void announce() {
-        if (state_.position.step > 0) {
-            say("resuming " + options_.out_dir + " at step " + std::to_string(state_.position.step) + "/" +
-                std::to_string(options_.steps));
-            if (!state_.residual_note.empty()) say(state_.residual_note);
-            return;
-        }
-        say("training " + std::to_string(options_.model.parameter_count()) + " parameters with " +
-            options_.method.label() + ", " + std::to_string(options_.tokens_per_step()) + " tokens/step, " +
-            std::to_string(options_.steps) + " steps -> " + options_.out_dir);
-        if (!options_.init_from.empty()) say("starting from the weights of " + options_.init_from);
-        const std::string sharding =
-            ranks_ > 1 ? ", rank 0's share of a state split over " + std::to_string(ranks_) + " ranks" : "";
-        say(state_.optimizer.describe(state_.model.layout) + sharding +
-            (options_.fused_update ? "; fused updates (clipping with the previous step's norm)" : ""));
-        if (ranks_ > 1) {
-            const CommCompression& compression = options_.compression;
-            say("data parallel over " + std::to_string(ranks_) + " ranks: each runs " +
-                std::to_string(options_.grad_accum / ranks_) + " micro-batch(es) of " + std::to_string(options_.batch) +
-                " sequences per step; gradients reduce-scattered (" + compression_label(compression.gradient_bits) +
-                (compression.gradient_bits ? ", error feedback" : "") + "), new weights all-gathered (" +
-                (compression.weight_bits ? compression_label(compression.weight_bits) + " differences of the fp32 values"
-                                         : std::string("as stored")) +
-                ")");
-        } else if (options_.compression.any()) {
-            say("--compress-gradients and --compress-weights act between ranks: one rank sends nothing, so they "
-                "change nothing here");
-        }
-    }
-
     // Step `step` + 1: sample, forward, backward, update. A non-finite loss or gradient norm
     // that is not skipped ends the run before anything is saved.
     StepOutcome run_step(std::optional<Activations>& acts, int step) {
@@ -312,10 +260,7 @@ private:
         const int done = step + 1;
         if (!result.skipped && !(std::isfinite(outcome.loss) && std::isfinite(result.grad_norm))) {
             // This step's weights are not saved: the last checkpoint stays the last good state.
-            if (metrics_) {
-                metrics_->append(
-                    {{"type", "diverged"}, {"step", done}, {"loss", outcome.loss}, {"grad_norm", result.grad_norm}});
-            }
+            log_.step_diverged(done, outcome);
             const std::string last = std::filesystem::exists(checkpoint_path_)
                                          ? checkpoint_path_ + " is kept as it was"
                                          : "no checkpoint was written";
@@ -323,43 +268,8 @@ private:
                         format_number(outcome.loss) + ", gradient norm " + format_number(result.grad_norm) +
                         "): the run diverged; " + last + ": lower --lr, or pass --on-nonfinite skip to skip such steps");
         }
-        if (result.skipped) {
-            if (metrics_) {
-                metrics_->append(
-                    {{"type", "skipped"}, {"step", done}, {"loss", outcome.loss}, {"grad_norm", result.grad_norm}});
-            }
-            say("step " + std::to_string(done) + ": non-finite loss or gradient, step skipped (no update)");
-        }
+        if (result.skipped) log_.step_skipped(done, outcome);
         return outcome;
-    }
-
-    // The metrics line, code statistics and progress display after step `step`.
-    void log_step(int step, int start_step, const StepOutcome& outcome, double tokens_per_second, double elapsed) {
-        const TrainingStep::Result& result = outcome.result;
-        if (step == start_step + 1 && ranks_ > 1) {
-            char line[200];
-            std::snprintf(line, sizeof line,
-                          "sent per step by rank 0: %.2f MB of gradients (reduce-scatter), %.2f MB of weights "
-                          "(all-gather)",
-                          result.gradient_bytes / 1e6, result.weight_bytes / 1e6);
-            say(line);
-        }
-        if (metrics_ && (step % options_.log_every == 0 || step == options_.steps)) {
-            metrics_->append({{"type", "train"}, {"step", step}, {"loss", outcome.loss}, {"lr", outcome.lr},
-                              {"grad_norm", result.grad_norm},
-                              {"tokens", static_cast<int64_t>(step) * options_.tokens_per_step()},
-                              {"step_seconds", outcome.seconds}, {"tokens_per_second", tokens_per_second},
-                              {"ranks", ranks_}, {"gradient_bytes_sent", result.gradient_bytes},
-                              {"weight_bytes_sent", result.weight_bytes}, {"other_bytes_sent", result.other_bytes},
-                              {"exchange_wait_seconds", result.exchange_wait_seconds}});
-        }
-        nlohmann::json code_record;
-        if (code_dynamics_ && code_dynamics_->after_step(state_.model, step, code_record) && metrics_)
-            metrics_->append(code_record);
-        if (out_) {
-            progress_.update({step, options_.steps, outcome.loss, tokens_per_second, outcome.lr,
-                              (options_.steps - step) * elapsed / (step - start_step)});
-        }
     }
 
     // With the step on a device, the host's model and optimizer state are brought up to date
@@ -375,29 +285,17 @@ private:
         // Built anew from the current weights; fp32 tensors are read in place, not copied.
         const InferenceModel inference(state_.model, WeightSource::borrow);
         const EvalResult result = evaluate_across_ranks(inference, data_.val, options_.model.seq_len, options_.eval_tokens, comm_);
-        if (metrics_) {
-            metrics_->append({{"type", "eval"}, {"step", step}, {"val_loss", result.loss},
-                              {"val_bits_per_byte", result.bits_per_byte}, {"val_tokens", result.tokens}});
-        }
-        char line[160];
-        std::snprintf(line, sizeof line, "eval step %d: val loss %.4f nats/token, %.4f bits/byte", step, result.loss,
-                      result.bits_per_byte);
-        say(line);
+        log_.evaluation(step, result);
         return result;
     }
 
     // The step loop's pause for a checkpoint: the whole write, or with --async-checkpoint the
-    // copy of the state that a background thread then writes (metrics.jsonl: "checkpoint").
+    // copy of the state that a background thread then writes.
     void save(int step) {
         const auto start = Clock::now();
         pull_from_device();
         state_.save(step);
-        if (metrics_) {
-            metrics_->append({{"type", "checkpoint"},
-                              {"step", step},
-                              {"write", control_.async_checkpoint ? "background" : "in the loop"},
-                              {"pause_seconds", seconds_since(start)}});
-        }
+        log_.checkpoint(step, control_.async_checkpoint, seconds_since(start));
     }
 
     // The end of a run that was not interrupted: evaluation, last checkpoint, memory report.
@@ -407,21 +305,7 @@ private:
         report.val_bits_per_byte = result.bits_per_byte;
         if (options_.checkpoint_every == 0 || step % options_.checkpoint_every != 0) save(step);
         state_.wait_for_checkpoint();
-        const int64_t parameters = options_.model.parameter_count();
-        nlohmann::json memory = memory_report_json(parameters);  // of rank 0's process
-        memory["step"] = step;
-        memory["optimizer_state"] = state_.optimizer.describe(state_.model.layout);
-        memory["fused_update"] = options_.fused_update;
-        memory["threads"] = num_threads();  // per rank; tokens/s depends on it, the losses do not
-        memory["ranks"] = ranks_;
-        if (device_) memory["device"] = device_->memory_json();
-        if (metrics_) metrics_->append(memory);
-        if (out_) {
-            progress_.finish();
-            std::fprintf(out_, "%s", memory_report_text(parameters).c_str());
-            if (device_) std::fprintf(out_, "%s", device_memory_text(device_->memory_json()).c_str());
-            std::fprintf(out_, "checkpoint: %s\n", checkpoint_path_.c_str());
-        }
+        log_.finish(step, state_, comm_.size(), device_.get(), checkpoint_path_);
     }
 
     const TrainOptions& options_;
@@ -429,16 +313,11 @@ private:
     const RunControl& control_;
     const std::string checkpoint_path_;
     Communicator& comm_;
-    const bool writer_;  // rank 0: writes files and prints
-    const int ranks_;
     TrainingState state_;
-    const LrSchedule schedule_;
-    std::optional<MetricsLog> metrics_;
-    std::optional<CodeDynamics> code_dynamics_;
     std::unique_ptr<DeviceStep> device_;  // --device cuda: the step runs there
-    bool host_is_current_ = true;         // the host's state equals the device's (pulled since the last step)
-    FILE* out_;  // progress output; null when quiet or not rank 0
-    ProgressDisplay progress_;
+    RunLog log_;
+    const LrSchedule schedule_;
+    bool host_is_current_ = true;  // the host's state equals the device's (pulled since the last step)
 };
 
 }  // namespace

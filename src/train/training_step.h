@@ -3,45 +3,47 @@
 // update of every weight, either from the step's gradient after the backward pass or fused
 // into it (optim/fused_update.h). Shared by the training loop and the benchmarks.
 //
-// An unfused step accumulates the gradients of its micro-batches in a fixed pairwise order
-// (model/gradient_accumulator.h); on one process it then clips and updates every weight, and
-// calls no transfer code. Under mpirun it runs data-parallel over the ranks of `comm`: rank r
-// runs micro-batches [r * k, (r + 1) * k) of the step's M = N * k, the gradients are
-// reduce-scattered in the same order (data_parallel/gradient_exchange.h), each rank updates the
-// elements it owns (data_parallel/shard_plan.h) and all-gathers the new weights: integer codes
-// for dqt tensors, fp32 for the rest, the same bits as one process. `compression` sends the
-// gradients, or the new fp32 values as differences, block-quantized (data_parallel/compression.h).
+// An unfused step sums the gradients of its micro-batches in a fixed pairwise order
+// (model/gradient_accumulator.h), then clips and updates every weight. On one process that is
+// all: no transfer code runs. Under mpirun the step is built with its ranks' group and hands
+// the finished micro-batches to a DataParallelStep (train/data_parallel_step.h), which
+// exchanges the gradients and updates this rank's shard with the same bits as one process.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
-#include <vector>
 
-#include "data_parallel/comm.h"
-#include "data_parallel/compressed_weight_gather.h"
-#include "data_parallel/compression.h"
-#include "data_parallel/gradient_exchange.h"
-#include "data_parallel/shard_plan.h"
+#include "model/gradient_accumulator.h"
 #include "model/llama.h"
 #include "optim/fused_update.h"
 #include "optim/optimizer.h"
 
 namespace dqt {
 
+class Communicator;
+struct CommCompression;
+struct ShardPlan;
+class DataParallelStep;
+
 class TrainingStep {
 public:
-    // micro_batches: M, a multiple of comm.size(); plan: cut for comm.size() ranks, and state
-    // holding this rank's share of it. Fused updates take one rank and one micro-batch.
+    // One process: micro_batches M per step. Fused updates take one micro-batch.
+    TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
+                 bool fused_update, uint64_t seed, int micro_batches);
+    // Data-parallel over the ranks of `comm` (one rank gives the step above): M a multiple of
+    // comm.size(); plan cut for comm.size() ranks, and state holding this rank's share of it.
     TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
                  bool fused_update, uint64_t seed, int micro_batches, Communicator& comm, const ShardPlan& plan,
-                 CommCompression compression = {});
+                 const CommCompression& compression);
+    ~TrainingStep();
 
     struct Result {
         double loss_sum = 0.0;        // summed cross-entropy over every token of the step (all ranks), nats
         double grad_norm = 0.0;       // global norm of the step's gradients before clipping
-        int64_t gradient_bytes = 0;   // sent by this rank in the reduce-scatter
-        int64_t weight_bytes = 0;     // sent by this rank in the all-gather of new weights
-        int64_t other_bytes = 0;      // losses and norm partial sums
-        double exchange_wait_seconds = 0.0;  // waiting for gradients after the backward pass
+        int64_t gradient_bytes = 0;   // data-parallel: sent by this rank in the reduce-scatter
+        int64_t weight_bytes = 0;     // data-parallel: sent by this rank in the all-gather of new weights
+        int64_t other_bytes = 0;      // data-parallel: losses and norm partial sums
+        double exchange_wait_seconds = 0.0;  // data-parallel: waiting for gradients after the backward pass
         bool skipped = false;         // not applied: its loss or gradient norm was not finite
     };
     // With skip_nonfinite, an unfused step whose loss or gradient norm is not finite changes no
@@ -55,15 +57,13 @@ public:
     // The last step's gradient norm: fused updates clip with it, so a resumed run restores it.
     double previous_grad_norm = 0.0;
 
-    // What compressed transfers carry from step to step (null when not compressed, or one rank):
-    // this rank's gradient residual (GradientExchange::residual) and its exact weight shard
-    // (CompressedWeightGather::master). A resumed run restores them.
+    // What compressed transfers carry from step to step (DataParallelStep; null on one process).
     Array<float>* gradient_residual();
     Array<float>* weight_master();
 
 private:
     Result run_fused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
-    // Gradients into the accumulator (and, on several ranks, the exchange), then the optimizer.
+    // Gradients into the accumulator, then the update (or, on several ranks, the exchange).
     Result run_unfused(Activations& acts, float grad_scale, float lr, int64_t t, const std::function<void(int)>& fill);
 
     ModelParameters& model_;
@@ -71,13 +71,11 @@ private:
     AdamWConfig adam_;
     float grad_clip_;
     uint64_t seed_;
-    int micro_batches_;
-    Communicator& comm_;
-    const ShardPlan& plan_;
-    std::optional<GradientAccumulator> accumulator_;  // unfused only
-    std::optional<GradientExchange> exchange_;        // unfused on more than one rank
-    std::optional<FusedUpdater> fused_;         // fused only
-    std::optional<CompressedWeightGather> weight_gather_;  // with compressed weights on > 1 rank
+    int first_micro_ = 0;  // of this process's micro-batches, in the step's global order
+    int leaves_;           // micro-batches this process runs
+    std::optional<GradientAccumulator> accumulator_;   // unfused only
+    std::optional<FusedUpdater> fused_;                // fused only
+    std::unique_ptr<DataParallelStep> data_parallel_;  // unfused on more than one rank
 };
 
 }  // namespace dqt

@@ -7,8 +7,6 @@
 #include <cstring>
 
 #include "cuda_test_support.h"
-#include "data_parallel/comm.h"
-#include "data_parallel/shard_plan.h"
 #include "model/llama.h"
 #include "train/training_step.h"
 #include "train/device_step.h"
@@ -120,7 +118,7 @@ TEST_F(GpuTrainStep, StepsThroughTheInterfaceFollowTheCpu) {
         OptimizerState gpu_state(gpu_model.layout, options.optim_state);
         const std::unique_ptr<DeviceStep> device = make_cuda_step(gpu_model, gpu_state, options);
         TrainingStep cpu_step(cpu_model, cpu_state, options.adam, options.grad_clip, false, options.seed,
-                              options.grad_accum, self_group(), make_shard_plan(cpu_model.layout, 1));
+                              options.grad_accum);
         Activations acts(options.model, options.batch, options.model.seq_len);
 
         std::mt19937_64 rng(test_seed());
