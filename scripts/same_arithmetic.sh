@@ -9,6 +9,10 @@
 # Each run writes into its own folder under a scratch directory, entered by the same relative
 # --out, so the checkpoints record the same run folder name. Exits non-zero on any difference.
 set -euo pipefail
+if [ $# -lt 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
+  echo "same_arithmetic: usage: bash scripts/same_arithmetic.sh BEFORE_DQT AFTER_DQT [STEPS] (two dqt binaries)" >&2
+  exit 2
+fi
 before=$(realpath "$1")
 after=$(realpath "$2")
 steps=${3:-40}
