@@ -124,6 +124,34 @@ TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
     }
 }
 
+// The decode kernel sums each code position's products scaled by up to 4^3 and shifts them
+// back once per row: at the largest products (every code +1, every activation +-127) over a
+// long row, its sums must still be exact.
+TEST(TernaryMatmul, DecodeKernelIsExactAtTheLargestProductsOverLongRows) {
+    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    const int rows = 19, cols = 16384 + 77;
+    std::vector<int8_t> q(static_cast<size_t>(rows) * cols);
+    for (int r = 0; r < rows; ++r)  // all +1, all -1, or random codes, by row
+        for (int c = 0; c < cols; ++c)
+            q[static_cast<size_t>(r) * cols + c] =
+                static_cast<int8_t>(r % 3 == 0 ? 1 : r % 3 == 1 ? -1 : std::uniform_int_distribution<int>(-1, 1)(rng));
+    const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.02f);
+    for (const bool same_sign : {true, false}) {
+        std::vector<float> x(cols, 3.0f);
+        if (!same_sign)
+            for (auto& v : x) v = std::bernoulli_distribution(0.5)(rng) ? 3.0f : -3.0f;
+        Int8Rows a;
+        quantize_rows_int8(x.data(), 1, cols, a);
+        std::vector<float> expected(rows), got(rows, NAN);
+        ternary_matmul_reference(w, a, expected.data());
+        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
+        for (int r = 0; r < rows; ++r) ASSERT_EQ(got[r], expected[r]) << "row " << r << " same sign " << same_sign;
+    }
+}
+
 TEST(TernaryMatmul, ReferenceEqualsTheFloatProductOfDequantizedOperands) {
     // Independent of the packing: sum_i (q * gamma) * (a / s) in double.
     std::mt19937 rng(3);

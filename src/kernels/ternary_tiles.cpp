@@ -156,10 +156,15 @@ void interleave_group_for_codes(const int8_t* a, size_t a_stride, int count, int
                 }
 }
 
-// How far ahead of its loads a decode tile prefetches its weight stream: 4 KiB, about what the
-// memory's latency times one core's read rate keeps in flight (~100 ns x 27 GB/s), with margin;
-// 1 KiB gave 19.5 GB/s, 4 KiB 20-22 on a Zen 5. A prefetch past the matrix's end does not fault.
-constexpr size_t kStreamPrefetchBytes = 4096;
+// How far ahead of its loads a decode tile prefetches its weight stream, and into L2 (hint T1),
+// not L1. Into L1 (T0), a loop that consumes faster read slower: on a Zen 4 the masked decode
+// loop below read 8-10 GB/s with T0 prefetches at any distance from 1 to 16 KiB, and 21-23 GB/s
+// (the read limit) with T1 at 8-32 KiB, on a 512 MiB stream; L1 hits for the activations and
+// L1 fills for the weights seem to contend. bench_ternary_batch, one row, Zen 4: 12.9-13.9
+// GB/s before (shifted codes, T0 at 4 KiB), 15.8 with T1 at 8 KiB, 17.5 at 16 KiB; `bench
+// generate` on the 2.09B file decoded fastest at 8 KiB (docs/results.md). A prefetch past the
+// matrix's end does not fault.
+constexpr size_t kStreamPrefetchBytes = 8192;
 
 // Sixteen vectors of 16 int32 lanes -> one vector whose lane i is the sum of vector i's lanes.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i fold16(const __m512i (&v)[16]) {
@@ -214,10 +219,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
             // each weight row read whole, front to back, so the tile's bytes stream in address
             // order (a pass over the tile block by block, 16 rows interleaved, read 1.65x slower
             // with or without software prefetches). The stream is prefetched
-            // kStreamPrefetchBytes ahead: the hardware prefetcher alone kept one thread at 14
-            // GB/s of a 27 GB/s read limit on a Zen 5 (20-22 with it, bench_ternary_batch;
-            // docs/results.md). Four partial sums per dot, one per code shift, keep four
-            // independent dpbusd chains in flight.
+            // kStreamPrefetchBytes ahead into L2: the hardware prefetcher alone kept one thread
+            // at 14 GB/s of a 27 GB/s read limit on a Zen 5 (bench_ternary_batch;
+            // docs/results.md). Four partial sums per dot, one per code position, keep four
+            // independent dpbusd chains in flight. Each position's codes are masked in place,
+            // not shifted down: part[n] sums (q + 1) * 4^n * a, exactly divisible by 4^n, and is
+            // shifted back once per row. Four shifts a block fewer: from cache, on a Zen 4
+            // (512-bit operations in two halves), the loop ran 8.7 cycles a block shifted and
+            // 5.6 masked.
+            const __m512i position_mask[4] = {low2, _mm512_set1_epi8(0x0C), _mm512_set1_epi8(0x30),
+                                              _mm512_set1_epi8(static_cast<char>(0xC0))};
 #pragma GCC unroll 16
             for (int i = 0; i < kRows; ++i) {
                 __m512i part[4];
@@ -226,16 +237,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
                 for (int b = 0; b < blocks; ++b) {
                     _mm_prefetch(reinterpret_cast<const char*>(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes +
                                                                kStreamPrefetchBytes),
-                                 _MM_HINT_T0);
+                                 _MM_HINT_T1);
                     const __m512i w = _mm512_loadu_si512(rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes);
                     const int8_t* block_a = a + static_cast<size_t>(b) * kTernaryBlock;
 #pragma GCC unroll 4
-                    for (int n = 0; n < 4; ++n) {
-                        const __m512i codes = _mm512_and_si512(_mm512_srli_epi16(w, 2 * n), low2);
-                        part[n] = dpbusd(part[n], codes, _mm512_load_si512(block_a + n * 64));
-                    }
+                    for (int n = 0; n < 4; ++n)
+                        part[n] = dpbusd(part[n], _mm512_and_si512(w, position_mask[n]),
+                                         _mm512_load_si512(block_a + n * 64));
                 }
-                acc[i] = _mm512_add_epi32(_mm512_add_epi32(part[0], part[1]), _mm512_add_epi32(part[2], part[3]));
+                acc[i] = _mm512_add_epi32(_mm512_add_epi32(part[0], _mm512_srai_epi32(part[1], 2)),
+                                          _mm512_add_epi32(_mm512_srai_epi32(part[2], 4), _mm512_srai_epi32(part[3], 6)));
             }
         } else {
             // Compute-bound shapes (groups of 3 and 4): the tile's few weight rows pass block by
@@ -292,6 +303,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
     const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a, size_t a_stride,
     int a_rows, const int32_t* a_sums, const float* factors, int blocks, float* out, size_t out_stride) {
     if (a_rows > kSmallBatchMaxRows) throw Error("ternary small batch: more activation rows than kSmallBatchMaxRows");
+    // A decode lane sums one dpbusd a block of codes up to 2 * 4^3 times |a| <= 128, four
+    // products each: 65,536 a block, so int32 holds 32,767 blocks (8.4M columns).
+    if (blocks > 32767) throw Error("ternary small batch: rows longer than 32,767 blocks of 256 weights");
     RowGroup groups[kSmallBatchMaxRows];
     int group_count = 0;
     for (int first = 0; first < a_rows; first += groups[group_count++].live)
