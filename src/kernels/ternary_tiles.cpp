@@ -157,13 +157,13 @@ void interleave_group_for_codes(const int8_t* a, size_t a_stride, int count, int
 }
 
 // How far ahead of its loads a decode tile prefetches its weight stream, and into L2 (hint T1),
-// not L1. Into L1 (T0), a loop that consumes faster read slower: on a Zen 4 the masked decode
-// loop below read 8-10 GB/s with T0 prefetches at any distance from 1 to 16 KiB, and 21-23 GB/s
-// (the read limit) with T1 at 8-32 KiB, on a 512 MiB stream; L1 hits for the activations and
-// L1 fills for the weights seem to contend. bench_ternary_batch, one row, Zen 4: 12.9-13.9
+// not L1. On a Zen 4 (build/bench_decode_stream), the masked loop below read 8-10 GB/s from
+// memory with no prefetch or with T0 prefetches at 1-32 KiB, and 19-21 GB/s with T1 at 8-32
+// KiB, of a 26-28 GB/s read limit; why a loop that computes faster reads slower without it is
+// not known (this VM exposes no performance counters). bench_ternary_batch, one row: 12.9-13.9
 // GB/s before (shifted codes, T0 at 4 KiB), 15.8 with T1 at 8 KiB, 17.5 at 16 KiB; `bench
-// generate` on the 2.09B file decoded fastest at 8 KiB (docs/results.md). A prefetch past the
-// matrix's end does not fault.
+// generate` on the 2.09B file decoded 3-6% faster at 8 KiB than at 16 (docs/results.md). A
+// prefetch past the matrix's end does not fault.
 constexpr size_t kStreamPrefetchBytes = 8192;
 
 // Sixteen vectors of 16 int32 lanes -> one vector whose lane i is the sum of vector i's lanes.
