@@ -131,12 +131,18 @@ int64_t scalar_rows(const uint8_t* packed, size_t rows, int blocks, const int8_t
 int main(int argc, char** argv) {
     int blocks = 10;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
-            blocks = std::atoi(argv[++i]);
-            if (blocks < 1 || blocks > 1024) {
+        if (std::strcmp(argv[i], "--blocks") == 0) {
+            if (i + 1 == argc) {
+                std::fprintf(stderr, "bench_decode_stream: --blocks needs a value, 1 to 1024\n");
+                return 1;
+            }
+            char* end = nullptr;
+            const long value = std::strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || value < 1 || value > 1024) {
                 std::fprintf(stderr, "bench_decode_stream: --blocks is 1 to 1024, not '%s'\n", argv[i]);
                 return 1;
             }
+            blocks = static_cast<int>(value);
         } else {
             std::fprintf(stderr, "bench_decode_stream: unknown argument '%s' (usage: bench_decode_stream [--blocks N])\n",
                          argv[i]);

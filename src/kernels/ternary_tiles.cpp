@@ -158,7 +158,7 @@ void interleave_group_for_codes(const int8_t* a, size_t a_stride, int count, int
 
 // How far ahead of its loads a decode tile prefetches its weight stream, and into L2 (hint T1),
 // not L1. On a Zen 4 (build/bench_decode_stream), the masked loop below read 8-10 GB/s from
-// memory with no prefetch or with T0 prefetches at 1-32 KiB, and 19-21 GB/s with T1 at 8-32
+// memory with no prefetch or with T0 prefetches at 1-32 KiB, and 18.5-21 GB/s with T1 at 8-32
 // KiB, of a 26-28 GB/s read limit; why a loop that computes faster reads slower without it is
 // not known (this VM exposes no performance counters). bench_ternary_batch, one row: 12.9-13.9
 // GB/s before (shifted codes, T0 at 4 KiB), 15.8 with T1 at 8 KiB, 17.5 at 16 KiB; `bench
@@ -225,8 +225,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void small_batch_tiles(
             // independent dpbusd chains in flight. Each position's codes are masked in place,
             // not shifted down: part[n] sums (q + 1) * 4^n * a, exactly divisible by 4^n, and is
             // shifted back once per row. Four shifts a block fewer: from cache, on a Zen 4
-            // (512-bit operations in two halves), the loop ran 8.7 cycles a block shifted and
-            // 5.6 masked.
+            // (512-bit operations in two halves), the loop reads 24-27 GB/s shifted and 36-40
+            // masked (build/bench_decode_stream).
             const __m512i position_mask[4] = {low2, _mm512_set1_epi8(0x0C), _mm512_set1_epi8(0x30),
                                               _mm512_set1_epi8(static_cast<char>(0xC0))};
 #pragma GCC unroll 16
