@@ -18,6 +18,12 @@ tokens a step, 2,450 steps = 5.02 M tokens, 131,072 evaluation tokens, one threa
             seeds on Brown and on the email corpus (scripts/fetch_email.sh), which no tuning saw
   large     each method's best settings once on a model about 4x larger (dim 512, 8 heads,
             FFN 1376: 12.9 M parameters against 3.3 M)
+The transfer and large stages here run dqt 8-bit only (GRID_CARRIED). Ternary dqt's best
+settings are not a grid point: they are the default recipe, the grid's best point plus an
+8-bit sub-grid residual (scripts/gap_directions.py found it). Its transfer and large runs are
+gap_directions.py's `--arms recipe --beside-bitnet` pairs, each with bitnet at its best grid
+point beside it, so those pairs are bitnet's transfer and large runs too (records in
+docs/tuning/directions.jsonl, which --report reads with this grid's).
 
 Every finished run appends one record to docs/tuning/runs.jsonl (settings, final and
 intermediate validation losses, the train-loss curve, the median step time of steps 25-95% of
@@ -27,6 +33,7 @@ time (default 2, one thread each, the results do not depend on the thread count)
 interleaved across methods so that a stopped grid has covered every method alike.
 """
 import argparse
+import filecmp
 import itertools
 import json
 import pathlib
@@ -55,6 +62,8 @@ GRID = {
     "min_lr_ratio": [0.0, 0.1],
     "beta1": [0.9, 0.98],
 }
+# The methods whose best settings are a grid point and that no gap_directions.py pair carries.
+GRID_CARRIED = ["dqt-8"]
 FULL_STEPS = 2450
 PRUNE_STEPS = FULL_STEPS // 4
 PRUNE_KEEP = 4
@@ -154,12 +163,12 @@ def stage_runs(stage, records):
     if stage == "full":
         keep = {m: full_stage_points(records, m) for m in METHODS}
         return [Run("full", m, keep[m][rank]) for rank in range(FULL_PER_METHOD) for m in METHODS]
-    best = {m: best_points(records, "full", m, 1)[0] for m in METHODS}
+    best = {m: best_points(records, "full", m, 1)[0] for m in GRID_CARRIED}
     if stage == "large":
-        return [Run("large", m, best[m], size="large") for m in METHODS]
+        return [Run("large", m, best[m], size="large") for m in GRID_CARRIED]
     runs = []
     for corpus, seed in [("sotu", SEEDS[1])] + [(c, s) for c in ("brown", "email") for s in SEEDS]:
-        runs += [Run("transfer", m, best[m], corpus=corpus, seed=seed) for m in METHODS]
+        runs += [Run("transfer", m, best[m], corpus=corpus, seed=seed) for m in GRID_CARRIED]
     return runs
 
 
@@ -181,7 +190,9 @@ def frozen_binary(dqt):
                            capture_output=True, text=True, check=True).stdout.strip()
     RUN_ROOT.mkdir(parents=True, exist_ok=True)
     copy = RUN_ROOT / f"dqt-{head}"
-    shutil.copy2(dqt, copy)
+    # An identical copy may be running (a grid beside a gap_directions.py chain): left as it is.
+    if not (copy.exists() and filecmp.cmp(dqt, copy, shallow=False)):
+        shutil.copy2(dqt, copy)
     return str(copy), head + ("+dirty" if dirty else "")
 
 
@@ -262,28 +273,58 @@ def report(records):
     print("\n### Best per corpus and size (seeds 1234 / 4321), median step time\n")
     print("| corpus | size | method | settings | val loss | seed spread | s/step | vs bitnet's best |")
     print("|---|---|---|---|---|---|---|---|")
-    chosen = {m: best_points(records, "full", m, 1) for m in METHODS}
+    best = best_runs(records, load_direction_records())
     for corpus, size in [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]:
-        best = {}
-        for m in METHODS:
-            seeds = [r for r in records.values() if r["stage"] != "prune" and r["method"] == m and
-                     r["corpus"] == corpus and r["size"] == size and [r["point"]] == chosen[m]]
-            if seeds:
-                best[m] = sorted(seeds, key=lambda r: r["seed"])
-        def finite(seeds):
-            return [r["val_loss"] for r in seeds if r["val_loss"] is not None]
-
-        for m, seeds in best.items():
-            losses = finite(seeds)
+        runs = best.get((corpus, size), {})
+        bitnet = [r["val_loss"] for r in runs.get("bitnet", []) if r["val_loss"] is not None]
+        for method, seeds in runs.items():
+            losses = [r["val_loss"] for r in seeds if r["val_loss"] is not None]
             gap = spread = ""
-            if "bitnet" in best and losses and finite(best["bitnet"]):
-                gap = f"{100 * (statistics.mean(losses) / statistics.mean(finite(best['bitnet'])) - 1):+.1f}%"
+            if bitnet and losses:
+                gap = f"{100 * (statistics.mean(losses) / statistics.mean(bitnet) - 1):+.1f}%"
             if len(seeds) > 1:
                 spread = f"{max(losses) - min(losses):.4f}" if len(losses) == len(seeds) else "a seed diverged"
             times = [r["median_step_seconds"] for r in seeds if r["median_step_seconds"] is not None]
             step = f"{statistics.median(times):.3f}" if times else ""
-            print(f"| {corpus} | {size} | {m} | {point_name(seeds[0]['point'])} | "
+            print(f"| {corpus} | {size} | {method} | {seeds[0]['settings']} | "
                   f"{' / '.join(loss_text(r) for r in seeds)} | {spread or 'one seed'} | {step} | {gap} |")
+
+
+def load_direction_records():
+    """scripts/gap_directions.py's records (its recipe-beside-bitnet pairs carry two methods' bests)."""
+    path = RECORDS.parent / "directions.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def best_runs(records, directions):
+    """Each method's best settings, run by run: {(corpus, size): {method: [run, ...] by seed}}, a
+    run being {seed, val_loss, diverged_at, median_step_seconds, settings}. dqt 8-bit: its best
+    full-stage point wherever this grid ran it. Ternary dqt: the recipe (gap_directions.py), its
+    best settings. Bitnet: the bitnet runs beside the recipe, at its best grid point, and this
+    grid's runs of that point where no pair ran."""
+    found = {}
+
+    def add(method, corpus, size, seed, run, settings):
+        found.setdefault((corpus, size), {}).setdefault(method, {})[seed] = {
+            "seed": seed, "val_loss": run["val_loss"], "diverged_at": run.get("diverged_at"),
+            "median_step_seconds": run.get("median_step_seconds"), "settings": settings}
+
+    for method in ["bitnet", "dqt-8"]:
+        chosen = best_points(records, "full", method, 1)
+        for r in records.values():
+            if r["stage"] != "prune" and r["method"] == method and [r["point"]] == chosen:
+                add(method, r["corpus"], r["size"], r["seed"], r, point_name(r["point"]))
+    for r in directions:
+        if r["arm"] == "recipe" and r["budget"] == "full":
+            add("dqt-1.58 (recipe)", r["corpus"], r["size"], r["seed"], r, "recipe (grid best + 8-bit residual)")
+            if r.get("beside"):
+                chosen = best_points(records, "full", "bitnet", 1)
+                add("bitnet", r["corpus"], r["size"], r["seed"], r["beside"], point_name(chosen[0]) if chosen else "")
+    order = ["bitnet", "dqt-1.58 (recipe)", "dqt-8"]
+    return {key: {m: [runs[m][seed] for seed in sorted(runs[m])] for m in order if m in runs}
+            for key, runs in found.items()}
 
 
 def plot(records, path):
@@ -345,8 +386,8 @@ def main():
             subprocess.run(["bash", str(REPO / "scripts" / fetch)], check=True, stdout=subprocess.DEVNULL)
             subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
                             "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    dqt, built_from = frozen_binary(args.dqt)
-    head_flags = untied_head_flags(dqt)
+    dqt, built_from = (None, None) if args.plan else frozen_binary(args.dqt)
+    head_flags = [] if args.plan else untied_head_flags(dqt)
     stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
     for stage in stages:
         records = load_records()
