@@ -27,8 +27,8 @@ std::string errno_text() { return std::strerror(errno); }
 
 // fsync of the directory makes the rename itself durable, not only the file's bytes.
 void fsync_directory(const std::string& path) {
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    if (dir.empty()) dir = ".";
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string dir = parent.empty() ? std::string(".") : parent.string();
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) throw Error("cannot sync directory " + dir + " after writing " + path + ": " + errno_text());
     const int rc = ::fsync(fd);

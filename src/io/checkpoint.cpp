@@ -47,7 +47,10 @@ bool tensor_bytes(const std::vector<int64_t>& shape, size_t element_size, uint64
 
 std::string shape_text(const std::vector<int64_t>& shape) {
     std::string text = "[";
-    for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (i) text += ',';
+        text += std::to_string(shape[i]);
+    }
     return text + "]";
 }
 

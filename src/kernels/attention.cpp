@@ -322,6 +322,11 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
 // instruction, so that an fp16 cache is read at half the bytes with the same arithmetic after.
 [[gnu::always_inline]] inline void load_tile(Vec& tile, const float* p) { std::memcpy(&tile, p, sizeof tile); }
 
+// GCC 12's convert intrinsic trips its own uninitialised-value warning (an undefined merge
+// source inside the intrinsic), here and where decode_head_f16_v4 inlines it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 // Not always_inline: decode_head_of is generic code; decode_head_f16_v4 flattens it in.
 __attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const Float16* p) {
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -388,6 +393,8 @@ __attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float
                                                                           float scale, float* scores, float* probs) {
     decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
 }
+
+#pragma GCC diagnostic pop
 
 // Whether decode_head_f16_v4 may run. Clang 14 lacks the level's name: its features instead.
 bool cpu_is_x86_64_v4() {

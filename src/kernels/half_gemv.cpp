@@ -13,10 +13,11 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kRowsAtOnce = 4;  // 4 rows x 2 lane sets: 8 independent FMA chains
 
-// GCC 12's convert intrinsics trip its own uninitialised-value warning (an undefined merge
-// source inside the intrinsic).
+// GCC 12's convert and extract intrinsics trip its own uninitialised-value warnings (an
+// undefined merge source inside the intrinsic).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 __attribute__((target("avx512f"))) inline __m512 load_half_lanes(const Float16* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
