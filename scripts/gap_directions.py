@@ -55,8 +55,10 @@ def arm_table():
     for b, h in ((4, 3), (2, 3), (4, 1), (6, 1), (5, 2)):
         arms[f"residual{b}-h{h}"] = ("dqt-1.58", ["--dqt-residual-bits", str(b), "--dqt-overhang", str(h)], None, None)
     arms["recipe"] = ("dqt-1.58", ["--method", "dqt", "--bits", "1.58"], None, None)
+    # Binaries since 2026-11-27 give ternary codes the recipe's 8-bit residual unless told: an
+    # arm that means plain ternary dqt says so.
     for fraction in (0.8, 0.5):
-        arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", [], "dqt-8", fraction)
+        arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", ["--dqt-residual-bits", "0"], "dqt-8", fraction)
         arms[f"bitnet-warmfp-f{fraction:g}"] = ("bitnet", [], "fp", fraction)
     return arms
 

@@ -96,11 +96,11 @@ class Run:
         self.steps = PRUNE_STEPS if stage == "prune" else FULL_STEPS
         self.name = f"{stage}-{corpus}-{size}-{method}-{point_name(point)}-s{seed}"
 
-    def flags(self, head_flags):
-        """head_flags: untied_head_flags() of the binary that runs it."""
+    def flags(self, pinned):
+        """pinned: pinned_flags() of the binary that runs it."""
         p = self.point
         eval_every = 0 if self.stage == "prune" else 250
-        return (METHODS[self.method] + SIZES[self.size] + head_flags + COMMON +
+        return (METHODS[self.method] + pinned[self.method] + SIZES[self.size] + COMMON +
                 ["--data", CORPORA[self.corpus], "--steps", str(self.steps), "--seed", str(self.seed),
                  "--lr", f"{p['lr']:g}", "--init-std", f"{p['init_std']:g}",
                  "--min-lr-ratio", f"{p['min_lr_ratio']:g}", "--beta1", f"{p['beta1']:g}",
@@ -203,7 +203,17 @@ def untied_head_flags(dqt):
     return ["--untie-embeddings"] if "--untie-embeddings" in help_text else []
 
 
-def summarize(run, out, elapsed, built_from, head_flags):
+def pinned_flags(dqt):
+    """Per method, the flags that keep each run what the grid's first runs were, whichever binary
+    runs it: a separate lm_head (untied_head_flags), and for ternary dqt no sub-grid residual.
+    Binaries since 2026-11-27 give ternary codes the default recipe's 8-bit residual unless told;
+    the grid's dqt-1.58 is the method without it (the recipe is a gap_directions.py arm)."""
+    help_text = subprocess.run([dqt, "train", "--help"], capture_output=True, text=True).stdout
+    no_residual = ["--dqt-residual-bits", "0"] if "--dqt-residual-bits" in help_text else []
+    return {m: untied_head_flags(dqt) + (no_residual if m == "dqt-1.58" else []) for m in METHODS}
+
+
+def summarize(run, out, elapsed, built_from, pinned):
     """The record of a finished run, read from its metrics.jsonl: one that ended, or one that
     diverged (val_loss None, diverged_at its step: a result of those settings, not run again).
     None when the run did neither (it failed)."""
@@ -223,11 +233,11 @@ def summarize(run, out, elapsed, built_from, head_flags):
         "evals": evals,
         "train": [[l["step"], round(l["loss"], 5)] for l in train if l["step"] % 50 == 0],
         "median_step_seconds": statistics.median(middle) if middle else None,
-        "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(head_flags),
+        "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(pinned),
     }
 
 
-def execute(runs, dqt, built_from, jobs, nice, head_flags):
+def execute(runs, dqt, built_from, jobs, nice, pinned):
     """Runs `runs` `jobs` at a time; appends each finished run's record as soon as it ends."""
     pending, active = list(runs), []
     RUN_ROOT.mkdir(parents=True, exist_ok=True)
@@ -237,7 +247,7 @@ def execute(runs, dqt, built_from, jobs, nice, head_flags):
             run = pending.pop(0)
             out = RUN_ROOT / run.name
             log = open(RUN_ROOT / f"{run.name}.log", "w")
-            command = ["nice", "-n", str(nice), dqt, "train", *run.flags(head_flags), "--out", str(out), "--overwrite"]
+            command = ["nice", "-n", str(nice), dqt, "train", *run.flags(pinned), "--out", str(out), "--overwrite"]
             print(f"tune_grid: start {run.name}", flush=True)
             active.append((run, out, subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log), time.time()))
         time.sleep(2)
@@ -246,7 +256,7 @@ def execute(runs, dqt, built_from, jobs, nice, head_flags):
             if process.poll() is None:
                 continue
             active.remove(entry)
-            record = summarize(run, out, time.time() - started, built_from, head_flags)
+            record = summarize(run, out, time.time() - started, built_from, pinned)
             if record is None:
                 print(f"tune_grid: {run.name} failed (exit {process.returncode}): see {RUN_ROOT / run.name}.log",
                       file=sys.stderr, flush=True)
@@ -387,7 +397,7 @@ def main():
             subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
                             "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     dqt, built_from = (None, None) if args.plan else frozen_binary(args.dqt)
-    head_flags = [] if args.plan else untied_head_flags(dqt)
+    pinned = {} if args.plan else pinned_flags(dqt)
     stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
     for stage in stages:
         records = load_records()
@@ -401,7 +411,7 @@ def main():
             for run in todo:
                 print(f"  {run.name}")
             continue
-        execute(todo, dqt, built_from, args.jobs, args.nice, head_flags)
+        execute(todo, dqt, built_from, args.jobs, args.nice, pinned)
 
 
 if __name__ == "__main__":
