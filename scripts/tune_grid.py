@@ -286,7 +286,8 @@ def report(records):
     best = best_runs(records, load_direction_records())
     for corpus, size in [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]:
         runs = best.get((corpus, size), {})
-        bitnet = [r["val_loss"] for r in runs.get("bitnet", []) if r["val_loss"] is not None]
+        bitnet = [r["val_loss"] for r in runs.get("bitnet", runs.get("bitnet (beside the recipe)", []))
+                  if r["val_loss"] is not None]
         for method, seeds in runs.items():
             losses = [r["val_loss"] for r in seeds if r["val_loss"] is not None]
             gap = spread = ""
@@ -329,10 +330,11 @@ def best_runs(records, directions):
     for r in directions:
         if r["arm"] == "recipe" and r["budget"] == "full":
             add("dqt-1.58 (recipe)", r["corpus"], r["size"], r["seed"], r, "recipe (grid best + 8-bit residual)")
-            if r.get("beside"):
-                chosen = best_points(records, "full", "bitnet", 1)
-                add("bitnet", r["corpus"], r["size"], r["seed"], r["beside"], point_name(chosen[0]) if chosen else "")
-    order = ["bitnet", "dqt-1.58 (recipe)", "dqt-8"]
+            if r.get("beside"):  # bitnet beside it ran at its prune stage's best point
+                chosen = best_points(records, "prune", "bitnet", 1)
+                add("bitnet (beside the recipe)", r["corpus"], r["size"], r["seed"], r["beside"],
+                    point_name(chosen[0]) if chosen else "")
+    order = ["bitnet", "bitnet (beside the recipe)", "dqt-1.58 (recipe)", "dqt-8"]
     return {key: {m: [runs[m][seed] for seed in sorted(runs[m])] for m in order if m in runs}
             for key, runs in found.items()}
 
