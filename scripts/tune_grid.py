@@ -210,7 +210,8 @@ def pinned_flags(dqt):
     the grid's dqt-1.58 is the method without it (the recipe is a gap_directions.py arm)."""
     help_text = subprocess.run([dqt, "train", "--help"], capture_output=True, text=True).stdout
     no_residual = ["--dqt-residual-bits", "0"] if "--dqt-residual-bits" in help_text else []
-    return {m: untied_head_flags(dqt) + (no_residual if m == "dqt-1.58" else []) for m in METHODS}
+    untied = untied_head_flags(dqt)
+    return {m: untied + (no_residual if m == "dqt-1.58" else []) for m in METHODS}
 
 
 def summarize(run, out, elapsed, built_from, pinned):
