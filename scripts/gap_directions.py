@@ -22,17 +22,20 @@ Arms:
   warm8-fF           ternary dqt warm-started in 8 bits: dqt-8 for F of the budget, then ternary dqt
                      from it (dqt train --init-from: TWN) for the rest; codes and scales throughout
   bitnet-warmfp-fF   the same warm start given to the baseline: fp for F of the budget, then bitnet
+  bitnet-full-best   the baseline alone, at the best point of its full stage (not its prune stage's)
   recipe             `dqt train --method dqt` as a user runs it: the default recipe's residual, the
                      grid point's lr, schedule and beta1 (which the recipe's equal)
 
-With --beside-bitnet, a one-run arm trains side by side with bitnet at bitnet's best prune point
-(one thread each, started together), and the record keeps both runs' losses and median step
-times from their own logs: the step-time comparison of the same machine, the same moment.
+With --beside-bitnet, a one-run arm trains side by side with bitnet at bitnet's best point of
+the same budget (for --budget full the full stage's best; records before 2026-11-28 used its
+prune stage's best, and each record keeps its point), one thread each, started together, and
+the record keeps both runs' losses and median step times from their own logs: the step-time
+comparison of the same machine, the same moment.
 
-A one-run arm trains at its method's best prune point (docs/tuning/runs.jsonl); a warm start
-trains its source at the source's best prune point (fp, which the grid does not tune, at
-bitnet's) and its target at the target's, each with its own warm-up and schedule. Every other
-setting is the tuning grid's (scripts/tune_grid.py). Each finished arm appends one record to
+A one-run arm trains at its method's best prune point (docs/tuning/runs.jsonl; bitnet-full-best
+at bitnet's best full-stage point); a warm start trains its source at the source's best prune
+point (fp, which the grid does not tune, at bitnet's) and its target at the target's, each with
+its own warm-up and schedule. Every other setting is the tuning grid's (scripts/tune_grid.py). Each finished arm appends one record to
 docs/tuning/directions.jsonl; an arm with a record is not run again.
 """
 import argparse
@@ -57,6 +60,9 @@ def arm_table():
     arms["recipe"] = ("dqt-1.58", ["--method", "dqt", "--bits", "1.58"], None, None)
     # Binaries since 2026-11-27 give ternary codes the recipe's 8-bit residual unless told: an
     # arm that means plain ternary dqt says so.
+    # The baseline alone at the best point of its full stage on SOTU (the prune stage's best
+    # differs): "against bitnet's best" on another corpus or seed needs bitnet at that point too.
+    arms["bitnet-full-best"] = ("bitnet", [], None, None)
     for fraction in (0.8, 0.5):
         arms[f"warm8-f{fraction:g}"] = ("dqt-1.58", ["--dqt-residual-bits", "0"], "dqt-8", fraction)
         arms[f"bitnet-warmfp-f{fraction:g}"] = ("bitnet", [], "fp", fraction)
@@ -64,6 +70,8 @@ def arm_table():
 
 
 ARMS = arm_table()
+# The grid stage whose best point an arm's target trains at; "prune" unless named here.
+POINT_STAGE = {"bitnet-full-best": "full"}
 DEFAULT_ARMS = ["residual8", "residual4", "residual2", "warm8-f0.8", "bitnet-warmfp-f0.8"]
 
 
@@ -87,10 +95,10 @@ class Phase:
                  "--eval-every", "0"])
 
 
-def best_prune_point(records, method):
-    points = grid.best_points(records, "prune", "bitnet" if method == "fp" else method, 1)
+def best_point(records, method, stage="prune"):
+    points = grid.best_points(records, stage, "bitnet" if method == "fp" else method, 1)
     if not points:
-        sys.exit(f"gap_directions: no prune record of {method} in {grid.RECORDS}: run scripts/tune_grid.py first")
+        sys.exit(f"gap_directions: no {stage} record of {method} in {grid.RECORDS}: run scripts/tune_grid.py first")
     return points[0]
 
 
@@ -143,7 +151,7 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, head_flags, 
     init_from = None
     if source:
         first_steps = round(fraction * total)
-        first = Phase(name + "-source", source, SOURCE_FLAGS[source], best_prune_point(grid_records, source),
+        first = Phase(name + "-source", source, SOURCE_FLAGS[source], best_point(grid_records, source),
                       first_steps, corpus, size, seed)
         phases.append(run_phase(first, dqt, nice, head_flags))
         if phases[-1] is None or phases[-1]["val_loss"] is None:
@@ -151,10 +159,13 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, head_flags, 
         init_from = grid.RUN_ROOT / first.name / "checkpoint.dqt"
         total -= first_steps
     last = Phase(name + ("-target" if source else ""), target, method_flags,
-                 best_prune_point(grid_records, target), total, corpus, size, seed, init_from=init_from)
+                 best_point(grid_records, target, POINT_STAGE.get(arm, "prune")), total, corpus, size, seed,
+                 init_from=init_from)
     beside = None
     if beside_bitnet:
-        bitnet = Phase(name + "-beside-bitnet", "bitnet", grid.METHODS["bitnet"], best_prune_point(grid_records, "bitnet"),
+        # Bitnet's best point at this budget: the full stage's best for a full-budget arm.
+        bitnet = Phase(name + "-beside-bitnet", "bitnet", grid.METHODS["bitnet"],
+                       best_point(grid_records, "bitnet", "full" if budget == "full" else "prune"),
                        total, corpus, size, seed)
         arm_record, beside = run_together([last, bitnet], dqt, nice, head_flags)
         phases.append(arm_record)
@@ -180,25 +191,31 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, head_flags, 
 
 
 def report(records, grid_records):
-    print("| arm | budget | runs (steps) | final val loss | against the same method's best grid run | "
-          "against bitnet's best grid run |")
-    print("|---|---|---|---|---|---|")
+    print("| arm | corpus | seed | budget | runs (steps) | final val loss | against the same method's best grid run | "
+          "against bitnet's best run |")
+    print("|---|---|---|---|---|---|---|---|")
 
-    def best_of(method, budget, corpus, size, seed):
-        # Full-budget grid runs are the full, transfer and large stages; the prune stage is its own.
-        rows = [g for g in grid_records.values() if (g["stage"] == "prune") == (budget == "prune") and g["method"] == method
-                and g["corpus"] == corpus and g["size"] == size and g["seed"] == seed and g["val_loss"] is not None]
-        return min((g["val_loss"] for g in rows), default=None)
+    def best_of(method, budget, corpus, size, seed, with_arms):
+        """The lowest val loss of `method`'s grid runs (the full-budget ones are the full,
+        transfer and large stages) and, with_arms, of its runs here from the start: an arm's
+        (bitnet-full-best) or the runs beside an arm."""
+        runs = [g for g in grid_records.values() if (g["stage"] == "prune") == (budget == "prune")]
+        for r in records.values():
+            if with_arms and r["budget"] == budget and r["source"] is None:
+                runs += [r["phases"][-1]] + ([r["beside"]] if r.get("beside") else [])
+        losses = [g["val_loss"] for g in runs if g["method"] == method and g["corpus"] == corpus and
+                  g["size"] == size and g["seed"] == seed and g["val_loss"] is not None]
+        return min(losses, default=None)
 
-    for r in sorted(records.values(), key=lambda r: (r["budget"], r["arm"])):
+    for r in sorted(records.values(), key=lambda r: (r["budget"], r["arm"], r["corpus"] != "sotu", r["corpus"], r["seed"])):
         runs = " + ".join(f"{p['method']} {p['steps']}" for p in r["phases"])
         final = "diverged" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         cells = []
-        for method in (r["target"], "bitnet"):
-            best = best_of(method, r["budget"], r["corpus"], r["size"], r["seed"])
+        for method, with_arms in ((r["target"], False), ("bitnet", True)):
+            best = best_of(method, r["budget"], r["corpus"], r["size"], r["seed"], with_arms)
             cells.append("none yet" if best is None or r["val_loss"] is None else
                          f"{best:.4f} ({100 * (r['val_loss'] / best - 1):+.1f}%)")
-        print(f"| {r['arm']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
+        print(f"| {r['arm']} | {r['corpus']} | {r['seed']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
     timed = [r for r in records.values() if r.get("beside")]
     if timed:
         print("\nSide by side with bitnet at its best point (one thread each, started together):\n")

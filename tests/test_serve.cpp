@@ -262,6 +262,8 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": "a", "model": "other"})", 404, "model"},
+        // The fuzzer's find: an echoed model name once carried its newline into the message.
+        {"/v1/completions", R"({"prompt": "a", "model": "tia\u00e9\n)" + std::string(2000, 'x') + "\"}", 404, "model"},
         {"/v1/completions", R"({"prompt": "a", "max_tokens": "3"})", 400, "max_tokens"},
         {"/v1/completions", R"({"prompt": "a", "max_tokens": 0})", 400, "max_tokens"},
         {"/v1/completions", R"({"prompt": "a", "max_tokens": 64})", 400, "max_tokens"},
@@ -290,7 +292,10 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         EXPECT_EQ(res->status, k.status);
         const json body = json::parse(res->body);
         ASSERT_TRUE(body.contains("error"));
-        EXPECT_FALSE(body["error"]["message"].get<std::string>().empty());
+        const std::string message = body["error"]["message"];
+        EXPECT_FALSE(message.empty());
+        EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+        EXPECT_LE(message.size(), 300u);
         EXPECT_EQ(body["error"]["param"], k.param.empty() ? json(nullptr) : json(k.param));
     }
     const auto models = c.Get("/v1/models");

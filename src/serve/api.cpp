@@ -31,6 +31,14 @@ const nlohmann::json* field(const nlohmann::json& body, const char* key, Check c
     return &*it;
 }
 
+// A client's string as an error message may echo it: JSON-quoted, so a newline stays on the
+// message's one line, and cut to 64 bytes, so a long one cannot make the message long.
+std::string echoed(const std::string& client_text) {
+    constexpr size_t kLongestEcho = 64;
+    if (client_text.size() <= kLongestEcho) return dump_json(client_text);
+    return dump_json(client_text.substr(0, kLongestEcho)) + "...";
+}
+
 bool is_integer(const nlohmann::json& v) { return v.is_number_integer(); }
 bool is_number(const nlohmann::json& v) { return v.is_number(); }
 
@@ -95,8 +103,8 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
     if (const nlohmann::json* model = field(body, "model", [](const auto& v) { return v.is_string(); }, "a string")) {
         if (*model != model_name)
             throw ApiError(404, "invalid_request_error",
-                           "The model '" + model->get<std::string>() + "' does not exist: this server serves '" +
-                               model_name + "'",
+                           "The model " + echoed(model->get<std::string>()) +
+                               " does not exist: this server serves " + echoed(model_name),
                            "model");
     }
     if (const nlohmann::json* n = field(body, "n", is_integer, "an integer"); n && *n != 1)
