@@ -315,6 +315,7 @@ def main():
         return
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"gap_directions: {args.dqt} missing: run scripts/setup.sh first")
+    grid.prepare_corpora(args.dqt)
     dqt, built_from = grid.frozen_binary(args.dqt)
     head_flags = grid.untied_head_flags(dqt)
     for arm in args.arms:

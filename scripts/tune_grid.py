@@ -177,6 +177,16 @@ def commit():
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+def prepare_corpora(dqt):
+    """Fetches each corpus and writes its byte-level shards where CORPORA says, once."""
+    for corpus, fetch in [("sotu", "fetch_corpus.sh"), ("brown", "fetch_brown.sh"), ("email", "fetch_email.sh")]:
+        folder = REPO / CORPORA[corpus]
+        if not folder.is_dir():
+            subprocess.run(["bash", str(REPO / "scripts" / fetch)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
+                            "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+
+
 def frozen_binary(dqt):
     """A copy of `dqt` for this invocation, so that rebuilding build/ mid-grid changes no run;
     with the commit it was built from (the checkout's HEAD, "+dirty" with uncommitted changes).
@@ -393,12 +403,7 @@ def main():
         return
     if not pathlib.Path(args.dqt).is_file():
         sys.exit(f"tune_grid: {args.dqt} missing: run scripts/setup.sh first")
-    for corpus, fetch in [("sotu", "fetch_corpus.sh"), ("brown", "fetch_brown.sh"), ("email", "fetch_email.sh")]:
-        folder = REPO / CORPORA[corpus]
-        if not folder.is_dir():
-            subprocess.run(["bash", str(REPO / "scripts" / fetch)], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run([args.dqt, "data", "--corpus", f"data/{corpus}", "--tokenizer", "byte",
-                            "--out", str(folder)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    prepare_corpora(args.dqt)
     dqt, built_from = (None, None) if args.plan else frozen_binary(args.dqt)
     pinned = {} if args.plan else pinned_flags(dqt)
     stages = ["prune", "full", "transfer", "large"] if args.stage == "all" else [args.stage]
