@@ -20,10 +20,11 @@ tokens a step, 2,450 steps = 5.02 M tokens, 131,072 evaluation tokens, one threa
             FFN 1376: 12.9 M parameters against 3.3 M)
 The transfer and large stages here run dqt 8-bit only (GRID_CARRIED). Ternary dqt's best
 settings are not a grid point: they are the default recipe, the grid's best point plus an
-8-bit sub-grid residual (scripts/gap_directions.py found it). Its transfer and large runs are
-gap_directions.py's `--arms recipe --beside-bitnet` pairs, each with bitnet at its best grid
-point beside it, so those pairs are bitnet's transfer and large runs too (records in
-docs/tuning/directions.jsonl, which --report reads with this grid's).
+8-bit sub-grid residual, or residual6-h1 (scripts/gap_directions.py found both). Their
+transfer and large runs are gap_directions.py's `--beside-bitnet` pairs, each with bitnet at
+its best point beside it, so those pairs are bitnet's transfer and large runs too, with its
+`bitnet-full-best` arm (records in docs/tuning/directions.jsonl, which --report reads with
+this grid's).
 
 Every finished run appends one record to docs/tuning/runs.jsonl (settings, final and
 intermediate validation losses, the train-loss curve, the median step time of steps 25-95% of
@@ -292,18 +293,25 @@ def report(records):
                  if i < len(ranked[m]) else "" for m in METHODS]
         print(f"| {i + 1} | " + " | ".join(cells) + " |")
     print("\n### Best per corpus and size (seeds 1234 / 4321), median step time\n")
-    print("| corpus | size | method | settings | val loss | seed spread | s/step | vs bitnet's best |")
+    print("| corpus | size | method | settings | val loss | seed spread | s/step | vs bitnet's best row |")
     print("|---|---|---|---|---|---|---|---|")
     best = best_runs(records, load_direction_records())
     for corpus, size in [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]:
         runs = best.get((corpus, size), {})
-        bitnet = [r["val_loss"] for r in runs.get("bitnet", runs.get("bitnet (beside the recipe)", []))
-                  if r["val_loss"] is not None]
+        # Bitnet's best here: of its rows, the one with the lowest mean over its seeds.
+        bitnet_rows = [{r["seed"]: r["val_loss"] for r in runs[row] if r["val_loss"] is not None}
+                       for row in runs if row.startswith("bitnet")]
+        bitnet = min((b for b in bitnet_rows if b), key=lambda b: statistics.mean(b.values()), default={})
         for method, seeds in runs.items():
             losses = [r["val_loss"] for r in seeds if r["val_loss"] is not None]
             gap = spread = ""
-            if bitnet and losses:
-                gap = f"{100 * (statistics.mean(losses) / statistics.mean(bitnet) - 1):+.1f}%"
+            # Against bitnet's best, over the seeds both ran: mean against mean.
+            common = [r["seed"] for r in seeds if r["seed"] in bitnet and r["val_loss"] is not None]
+            if common:
+                ours = statistics.mean(r["val_loss"] for r in seeds if r["seed"] in common)
+                gap = f"{100 * (ours / statistics.mean(bitnet[s] for s in common) - 1):+.1f}%"
+                if len(common) < len(seeds) or len(common) < len(bitnet):
+                    gap += " (seed " + ", ".join(map(str, common)) + ")"
             if len(seeds) > 1:
                 spread = f"{max(losses) - min(losses):.4f}" if len(losses) == len(seeds) else "a seed diverged"
             times = [r["median_step_seconds"] for r in seeds if r["median_step_seconds"] is not None]
@@ -321,15 +329,16 @@ def load_direction_records():
 
 
 def best_runs(records, directions):
-    """Each method's best settings, run by run: {(corpus, size): {method: [run, ...] by seed}}, a
+    """Each method's best settings, run by run: {(corpus, size): {row: [run, ...] by seed}}, a
     run being {seed, val_loss, diverged_at, median_step_seconds, settings}. dqt 8-bit: its best
-    full-stage point wherever this grid ran it. Ternary dqt: the recipe (gap_directions.py), its
-    best settings. Bitnet: the bitnet runs beside the recipe, at its best grid point, and this
-    grid's runs of that point where no pair ran."""
+    full-stage point wherever this grid ran it. Bitnet: every run at its best full-stage point
+    (this grid's, gap_directions.py's bitnet-full-best arm and the runs beside an arm), and in a
+    row of their own the runs beside an arm at another point (before 2026-11-28, its prune
+    stage's best). Ternary dqt: the recipe and residual6-h1, gap_directions.py's arms."""
     found = {}
 
-    def add(method, corpus, size, seed, run, settings):
-        found.setdefault((corpus, size), {}).setdefault(method, {})[seed] = {
+    def add(row, corpus, size, seed, run, settings):
+        found.setdefault((corpus, size), {}).setdefault(row, {})[seed] = {
             "seed": seed, "val_loss": run["val_loss"], "diverged_at": run.get("diverged_at"),
             "median_step_seconds": run.get("median_step_seconds"), "settings": settings}
 
@@ -338,14 +347,24 @@ def best_runs(records, directions):
         for r in records.values():
             if r["stage"] != "prune" and r["method"] == method and [r["point"]] == chosen:
                 add(method, r["corpus"], r["size"], r["seed"], r, point_name(r["point"]))
+    bitnet_best = best_points(records, "full", "bitnet", 1)
+
+    def add_bitnet(run):
+        row = "bitnet" if [run["point"]] == bitnet_best else "bitnet (another point, beside an arm)"
+        add(row, run["corpus"], run["size"], run["seed"], run, point_name(run["point"]))
+
+    arm_rows = {"recipe": ("dqt-1.58 (recipe)", "recipe (grid best + 8-bit residual)"),
+                "residual6-h1": ("dqt-1.58 (residual6-h1)", "grid best + 6-bit residual, overhang 1")}
     for r in directions:
-        if r["arm"] == "recipe" and r["budget"] == "full":
-            add("dqt-1.58 (recipe)", r["corpus"], r["size"], r["seed"], r, "recipe (grid best + 8-bit residual)")
-            if r.get("beside"):  # bitnet beside it ran at its prune stage's best point
-                chosen = best_points(records, "prune", "bitnet", 1)
-                add("bitnet (beside the recipe)", r["corpus"], r["size"], r["seed"], r["beside"],
-                    point_name(chosen[0]) if chosen else "")
-    order = ["bitnet", "bitnet (beside the recipe)", "dqt-1.58 (recipe)", "dqt-8"]
+        if r["budget"] != "full":
+            continue
+        if r["arm"] in arm_rows:
+            add(*arm_rows[r["arm"]][:1], r["corpus"], r["size"], r["seed"], r, arm_rows[r["arm"]][1])
+        if r["arm"] == "bitnet-full-best":
+            add_bitnet(r["phases"][-1])
+        if r.get("beside"):
+            add_bitnet(r["beside"])
+    order = ["bitnet", "bitnet (another point, beside an arm)", "dqt-1.58 (recipe)", "dqt-1.58 (residual6-h1)", "dqt-8"]
     return {key: {m: [runs[m][seed] for seed in sorted(runs[m])] for m in order if m in runs}
             for key, runs in found.items()}
 
