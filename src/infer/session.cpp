@@ -160,7 +160,8 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
             int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;
         case LinearFormat::dense:
-            multiply_dense(w.dense + static_cast<size_t>(first_row) * w.cols, w, input.rows, out, n, first_row, last_row);
+            multiply_dense(w, input.rows, out, n, first_row, last_row,
+                           [&](int block, int) { return w.dense + static_cast<size_t>(block) * w.cols; });
             return;
         case LinearFormat::half: {
             // Decode: the weights straight from memory, widened in registers. A batch of decodes
@@ -173,31 +174,54 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
                 half_gemm_rows(input.rows, n, w.halves, w.cols, out, w.rows, first_row, last_row);
                 return;
             }
-            // A prompt's rows: widened kHalfBlockRows rows at a time into this thread's copy,
-            // which stays in its cache for the dense format's gemm (the fp32 weights' products).
+            // A prompt's rows: each block widened into this thread's copy, which stays in its
+            // cache for the dense format's gemm (the fp32 weights' products).
             thread_local Array<float> widened;
-            const size_t block_floats = static_cast<size_t>(kHalfBlockRows) * w.cols;
+            const size_t block_floats = static_cast<size_t>(kDenseBlockRows) * w.cols;
             if (widened.size() < block_floats) widened = Array<float>(MemCategory::scratch, block_floats);
-            for (int block = first_row; block < last_row; block += kHalfBlockRows) {
-                const int block_end = std::min(block + kHalfBlockRows, last_row);
+            multiply_dense(w, input.rows, out, n, first_row, last_row, [&](int block, int block_end) {
                 widen_f16(w.halves + static_cast<size_t>(block) * w.cols, widened.data(),
                           static_cast<size_t>(block_end - block) * w.cols);
-                multiply_dense(widened.data(), w, input.rows, out, n, block, block_end);
-            }
+                return static_cast<const float*>(widened.data());
+            });
             return;
         }
     }
 }
 
-void InferenceSession::multiply_dense(const float* weight_rows, const InferenceLinear& w, const float* input, float* out,
-                                      int n, int first_row, int last_row) const {
-    // out[:, first_row:last_row] = input · W[first_row:last_row]^T; gemm stays on this thread. A
-    // batch's rows one at a time: a gemm of 1 row rounds as one sequence's decode does, whatever
-    // else is in the batch.
+template <typename BlockWeights>
+void InferenceSession::multiply_dense(const InferenceLinear& w, const float* input, float* out, int n, int first_row,
+                                      int last_row, BlockWeights block_weights) const {
+    // One gemm per whole block of kDenseBlockRows rows (counted from row 0), whatever share of
+    // it this thread holds: oneDNN rounds a column differently with the call's shape (its AVX2
+    // kernels do), so equal calls keep the logits independent of the thread count. A block the
+    // share cuts is computed whole into scratch, and only the share's columns are kept. gemm
+    // stays on this thread. A batch's rows one at a time: a gemm of 1 row rounds as one
+    // sequence's decode does, whatever else is in the batch.
     const int step = one_row_products_ ? 1 : n;
-    for (int r = 0; r < n; r += step) {
-        gemm(false, true, step, last_row - first_row, w.cols, 1.0f, input + static_cast<size_t>(r) * w.cols, w.cols,
-             weight_rows, w.cols, 0.0f, out + static_cast<size_t>(r) * w.rows + first_row, w.rows);
+    thread_local Array<float> cut_block;  // (step, kDenseBlockRows)
+    const size_t cut_floats = static_cast<size_t>(step) * kDenseBlockRows;
+    for (int block = first_row / kDenseBlockRows * kDenseBlockRows; block < last_row; block += kDenseBlockRows) {
+        const int block_end = std::min(block + kDenseBlockRows, w.rows);
+        const int keep_first = std::max(block, first_row), keep_last = std::min(block_end, last_row);
+        const bool whole = keep_first == block && keep_last == block_end;
+        if (!whole && cut_block.size() < cut_floats) cut_block = Array<float>(MemCategory::scratch, cut_floats);
+        const float* weights = block_weights(block, block_end);
+        for (int r = 0; r < n; r += step) {
+            const float* x = input + static_cast<size_t>(r) * w.cols;
+            float* row_out = out + static_cast<size_t>(r) * w.rows;
+            if (whole) {
+                gemm(false, true, step, block_end - block, w.cols, 1.0f, x, w.cols, weights, w.cols, 0.0f,
+                     row_out + block, w.rows);
+                continue;
+            }
+            gemm(false, true, step, block_end - block, w.cols, 1.0f, x, w.cols, weights, w.cols, 0.0f,
+                 cut_block.data(), kDenseBlockRows);
+            for (int i = 0; i < step; ++i)
+                std::copy(cut_block.data() + static_cast<size_t>(i) * kDenseBlockRows + (keep_first - block),
+                          cut_block.data() + static_cast<size_t>(i) * kDenseBlockRows + (keep_last - block),
+                          row_out + static_cast<size_t>(i) * w.rows + keep_first);
+        }
     }
 }
 

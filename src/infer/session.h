@@ -146,11 +146,14 @@ private:
     // Rows [first_row, last_row) of w times the input, into those columns of out (n, w.rows).
     void multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n, int first_row,
                   int last_row) const;
-    // multiply() of a dense or half w, whose rows [first_row, last_row) are weight_rows in fp32.
-    void multiply_dense(const float* weight_rows, const InferenceLinear& w, const float* input, float* out, int n,
-                        int first_row, int last_row) const;
-    // Rows a half linear widens at a time: 64 x 2,560 floats (a 2B model's head) are 640 KiB.
-    static constexpr int kHalfBlockRows = 64;
+    // multiply() of a dense or half w on fp32 input rows (n, w.cols), a gemm per block of rows;
+    // block_weights(block, block_end) gives rows [block, block_end) of w in fp32.
+    template <typename BlockWeights>
+    void multiply_dense(const InferenceLinear& w, const float* input, float* out, int n, int first_row, int last_row,
+                        BlockWeights block_weights) const;
+    // Rows of a dense product's gemm, and of a half linear's widening: 64 x 2,560 floats (a 2B
+    // model's head) are 640 KiB.
+    static constexpr int kDenseBlockRows = 64;
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
     void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n, int thread,
                         int threads) const;

@@ -56,6 +56,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
           int ldb, float beta, float* C, int ldc) {
     check_arguments(trans_a, trans_b, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
+    if (K == 0) {  // C = beta C, which oneDNN's AVX2 sgemm skips (it leaves C as it was)
+        for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+                float& c = C[int64_t(i) * ldc + j];
+                c = beta == 0 ? 0.0f : beta * c;
+            }
+        return;
+    }
     const int chunks = chunk_count(M, N, K);
     const bool split_rows = M >= N;
     const int side = split_rows ? M : N;
