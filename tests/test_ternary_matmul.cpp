@@ -124,11 +124,38 @@ TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
     }
 }
 
-// The decode kernel sums each code position's products scaled by up to 4^3 and shifts them
-// back once per row: at the largest products (every code +1, every activation +-127) over a
-// long row, its sums must still be exact.
+// Decode, one activation row, has kernels of its own (kernels/ternary_tiles.cpp): on random
+// ragged shapes, every instruction set's against the reference.
+TEST(TernaryMatmul, DecodeKernelsMatchTheReferenceOnRandomShapes) {
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int> dim(1, 1200);
+    for (int trial = 0; trial < 16; ++trial) {
+        const int rows = dim(rng), cols = dim(rng);
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.027f);
+        const auto x = random_rows(rng, cols);
+        Int8Rows a;
+        quantize_rows_int8(x.data(), 1, cols, a);
+        std::vector<float> expected(rows), got(rows);
+        ternary_matmul_reference(w, a, expected.data());
+        for (IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+            if (!integer_isa_supported(isa)) continue;
+            std::fill(got.begin(), got.end(), NAN);
+            ternary_matmul(w, a, got.data(), isa);
+            for (int r = 0; r < rows; ++r)
+                ASSERT_EQ(got[r], expected[r]) << integer_isa_name(isa) << " rows " << rows << " cols " << cols << " at " << r;
+        }
+    }
+}
+
+// The decode kernels' sums at the largest products (every code +1, every activation +-127)
+// over a long row: the AVX-512 one scales each code position's products by up to 4^3 and
+// shifts them back once per row, the AVX2 one sums four positions in 16-bit lanes; both must
+// stay exact.
 TEST(TernaryMatmul, DecodeKernelIsExactAtTheLargestProductsOverLongRows) {
-    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    if (!integer_isa_supported(IntegerIsa::avx2)) GTEST_SKIP() << "no AVX2 here";
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE(dqt::testing::seed_trace(seed));
     std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -145,10 +172,15 @@ TEST(TernaryMatmul, DecodeKernelIsExactAtTheLargestProductsOverLongRows) {
             for (auto& v : x) v = std::bernoulli_distribution(0.5)(rng) ? 3.0f : -3.0f;
         Int8Rows a;
         quantize_rows_int8(x.data(), 1, cols, a);
-        std::vector<float> expected(rows), got(rows, NAN);
+        std::vector<float> expected(rows), got(rows);
         ternary_matmul_reference(w, a, expected.data());
-        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
-        for (int r = 0; r < rows; ++r) ASSERT_EQ(got[r], expected[r]) << "row " << r << " same sign " << same_sign;
+        for (IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+            if (!integer_isa_supported(isa)) continue;
+            std::fill(got.begin(), got.end(), NAN);
+            ternary_matmul(w, a, got.data(), isa);
+            for (int r = 0; r < rows; ++r)
+                ASSERT_EQ(got[r], expected[r]) << integer_isa_name(isa) << " row " << r << " same sign " << same_sign;
+        }
     }
 }
 

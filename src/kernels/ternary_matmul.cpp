@@ -102,8 +102,13 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
                                              w.padded_cols / kTernaryBlock, out, static_cast<size_t>(w.rows));
         return;
     }
-    const TernaryTileKernel kernel = tile_kernel(isa);
     const int blocks = w.padded_cols / kTernaryBlock;
+    if (x.rows == 1 && isa == IntegerIsa::avx2) {
+        ternary_decode_rows_avx2(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
+                                 int8_output_factor(w.gamma, x.scales[0]), blocks, out);
+        return;
+    }
+    const TernaryTileKernel kernel = tile_kernel(isa);
     const int a_tiles = (x.rows + kernel.max_a_rows - 1) / kernel.max_a_rows;
     for (int w_first = row_begin; w_first < row_end; w_first += kTileWeightRows) {
         const int w_count = std::min(kTileWeightRows, row_end - w_first);

@@ -343,6 +343,49 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
 }
 #pragma GCC diagnostic pop
 
+// ---- AVX2, decode: one activation row, each weight row streamed whole ----------------------
+//
+// The memory-bound shape on a CPU without AVX-512 (an AMD Zen 3 here): as the AVX-512 decode
+// tile, each row is read front to back with its stream prefetched kStreamPrefetchBytes ahead
+// into L2; the tile kernel above (4 rows side by side, no prefetch) is for prompts. A block's
+// two 32-byte halves keep one accumulator each, two independent chains. Products as tile_avx2's:
+// maddubs of (q + 1) in {0, 1, 2} and s8 activations, at most 2048 a s16 lane over a half.
+__attribute__((target("avx2"))) void ternary_decode_rows_avx2(const uint8_t* packed, size_t row_bytes,
+                                                              int row_begin, int row_end, const int8_t* a,
+                                                              int32_t a_sum, float factor, int blocks, float* out) {
+    const __m256i low2 = _mm256_set1_epi8(3);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int r = row_begin; r < row_end; ++r) {
+        const uint8_t* row = packed + static_cast<size_t>(r) * row_bytes;
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int b = 0; b < blocks; ++b) {
+            const uint8_t* block = row + static_cast<size_t>(b) * kTernaryBlockBytes;
+            _mm_prefetch(reinterpret_cast<const char*>(block + kStreamPrefetchBytes), _MM_HINT_T1);
+            const int8_t* block_a = a + static_cast<size_t>(b) * kTernaryBlock;
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * half));
+                const int8_t* half_a = block_a + 128 * half;
+                __m256i sum16 = _mm256_maddubs_epi16(_mm256_and_si256(w, low2),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half_a)));
+#pragma GCC unroll 3
+                for (int n = 1; n < 4; ++n) {
+                    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(w, 2 * n), low2);
+                    sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(codes, _mm256_loadu_si256(
+                                                                                    reinterpret_cast<const __m256i*>(
+                                                                                        half_a + 32 * n))));
+                }
+                acc[half] = _mm256_add_epi32(acc[half], _mm256_madd_epi16(sum16, ones16));
+            }
+        }
+        const __m256i both = _mm256_add_epi32(acc[0], acc[1]);
+        const __m128i folded = _mm_add_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
+        const __m128i pairs = _mm_add_epi32(folded, _mm_shuffle_epi32(folded, _MM_SHUFFLE(1, 0, 3, 2)));
+        const __m128i total = _mm_add_epi32(pairs, _mm_shuffle_epi32(pairs, _MM_SHUFFLE(2, 3, 0, 1)));
+        out[r] = factor * static_cast<float>(_mm_cvtsi128_si32(total) - a_sum);
+    }
+}
+
 namespace {
 
 // Adapters that give every instruction set the same template shape, and the switch that runs

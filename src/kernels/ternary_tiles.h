@@ -32,6 +32,12 @@ void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_byte
                                           const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
                                           const float* factors, int blocks, float* out, size_t out_stride);
 
+// Decode on AVX2 (one activation row a, blocks * 256 values): weight rows [row_begin,
+// row_end) of packed rows (row_bytes apart), written as out[o] = factor * (dot(o) - a_sum).
+// Each weight row is read whole, in address order, its stream prefetched into L2.
+void ternary_decode_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a,
+                              int32_t a_sum, float factor, int blocks, float* out);
+
 TernaryTileKernel ternary_tile_kernel_scalar();
 TernaryTileKernel ternary_tile_kernel_avx2();         // needs AVX2
 TernaryTileKernel ternary_tile_kernel_avx512_vnni();  // needs AVX-512 F, BW and VNNI
