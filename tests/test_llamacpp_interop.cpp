@@ -221,14 +221,16 @@ std::string llama_ftype_name(uint32_t file_type) {
 constexpr int kTextWindows = 8;
 
 // How far dqt and llama.cpp may differ over that text, by how the block linears are stored:
-// about 4 to 300 times what this test measures (docs/FORMATS.md, "dqt and llama.cpp on the
-// same export"), and below what the last ffn_down 50% off gives (checked below, kWrongScale).
+// above what this test measures on every machine kind met (docs/FORMATS.md, "dqt and
+// llama.cpp on the same export": ternary files 1.7e-7 on a Zen 4, 1.3e-5 and, in the ASan
+// build, 2.1e-5 on a Zen 3 without AVX-512, where llama.cpp runs its AVX2 backend), and below
+// what the last ffn_down 50% off gives (6.5e-4 and more; checked below, kWrongScale).
 struct TextBounds {
     double relative_log_likelihood;
     double top1_disagreement;
 };
 TextBounds text_bounds(uint32_t file_type) {
-    if (file_type == 36 || file_type == 37) return {2e-5, 0.02};  // TQ: Q8_K activations
+    if (file_type == 36 || file_type == 37) return {1e-4, 0.02};  // TQ: Q8_K activations
     if (file_type == 7) return {2e-4, 0.02};                      // Q8_0: Q8_0 activations
     return {1e-6, 0.02};                                          // F32: sum orders only
 }
