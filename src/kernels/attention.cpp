@@ -532,11 +532,15 @@ void decode_cached_head(float* out, const float* q, const Float16* key_tiles, co
                            buffers.probs.data());
         return;
     }
-    // The whole tiles of keys 0..pos, and pos + 1 rows of values with what the tiles read past them.
+    // The whole tiles of keys 0..pos, and pos + 1 rows of values; the tiles read kTileCols
+    // values past them, zeros here: the cache past those rows may be another kv head's, which
+    // another thread is writing (TSan found the read on a CPU without AVX-512).
     buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kAttentionKeyTile)) * head_dim);
     widen_f16(key_tiles, buffers.keys.data(), buffers.keys.size());
-    buffers.values.resize(static_cast<size_t>(pos + 1) * head_dim + kTileCols);
-    widen_f16(values, buffers.values.data(), buffers.values.size());
+    const size_t value_count = static_cast<size_t>(pos + 1) * head_dim;
+    buffers.values.resize(value_count + kTileCols);
+    widen_f16(values, buffers.values.data(), value_count);
+    std::fill(buffers.values.begin() + static_cast<ptrdiff_t>(value_count), buffers.values.end(), 0.0f);
     decode_head(out, q, buffers.keys.data(), buffers.values.data(), head_dim, pos, head_dim, scale,
                 buffers.scores.data(), buffers.probs.data());
 }
