@@ -124,6 +124,19 @@ TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
     }
 }
 
+// Each decode kernel this CPU runs (AVX2, AVX-512 VNNI) against the reference, bit for bit,
+// on one activation row.
+void expect_decode_kernels_exact(const TernaryMatrix& w, const Int8Rows& a, const std::string& what) {
+    std::vector<float> expected(static_cast<size_t>(w.rows)), got(expected.size());
+    ternary_matmul_reference(w, a, expected.data());
+    for (IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+        if (!integer_isa_supported(isa)) continue;
+        std::fill(got.begin(), got.end(), NAN);
+        ternary_matmul(w, a, got.data(), isa);
+        for (int r = 0; r < w.rows; ++r) ASSERT_EQ(got[r], expected[r]) << integer_isa_name(isa) << " " << what << " row " << r;
+    }
+}
+
 // Decode, one activation row, has kernels of its own (kernels/ternary_tiles.cpp): on random
 // ragged shapes, every instruction set's against the reference.
 TEST(TernaryMatmul, DecodeKernelsMatchTheReferenceOnRandomShapes) {
@@ -138,15 +151,7 @@ TEST(TernaryMatmul, DecodeKernelsMatchTheReferenceOnRandomShapes) {
         const auto x = random_rows(rng, cols);
         Int8Rows a;
         quantize_rows_int8(x.data(), 1, cols, a);
-        std::vector<float> expected(rows), got(rows);
-        ternary_matmul_reference(w, a, expected.data());
-        for (IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
-            if (!integer_isa_supported(isa)) continue;
-            std::fill(got.begin(), got.end(), NAN);
-            ternary_matmul(w, a, got.data(), isa);
-            for (int r = 0; r < rows; ++r)
-                ASSERT_EQ(got[r], expected[r]) << integer_isa_name(isa) << " rows " << rows << " cols " << cols << " at " << r;
-        }
+        expect_decode_kernels_exact(w, a, "rows " + std::to_string(rows) + " cols " + std::to_string(cols));
     }
 }
 
@@ -172,15 +177,7 @@ TEST(TernaryMatmul, DecodeKernelIsExactAtTheLargestProductsOverLongRows) {
             for (auto& v : x) v = std::bernoulli_distribution(0.5)(rng) ? 3.0f : -3.0f;
         Int8Rows a;
         quantize_rows_int8(x.data(), 1, cols, a);
-        std::vector<float> expected(rows), got(rows);
-        ternary_matmul_reference(w, a, expected.data());
-        for (IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
-            if (!integer_isa_supported(isa)) continue;
-            std::fill(got.begin(), got.end(), NAN);
-            ternary_matmul(w, a, got.data(), isa);
-            for (int r = 0; r < rows; ++r)
-                ASSERT_EQ(got[r], expected[r]) << integer_isa_name(isa) << " row " << r << " same sign " << same_sign;
-        }
+        expect_decode_kernels_exact(w, a, same_sign ? "same sign" : "mixed signs");
     }
 }
 
