@@ -7,6 +7,8 @@
 #include <array>
 #include <utility>
 
+#include "kernels/lane_sum.h"
+
 // Unrolls a loop over a tile's rows early enough that GCC 12 then keeps the accumulator
 // arrays in registers. Left to its later unrolling, the arrays stay in memory: zeroed with
 // rep stos on every call, and each dpbusd gets a register copy in and out (about 10% slower,
@@ -51,11 +53,7 @@ __attribute__((target("avx2"))) void reduce_avx2(const __m256i (&acc)[WR][AR], i
     for (int i = 0; i < WR; ++i) {
         DQT_TILE_UNROLL
         for (int j = 0; j < AR; ++j) {
-            const __m128i folded =
-                _mm_add_epi32(_mm256_castsi256_si128(acc[i][j]), _mm256_extracti128_si256(acc[i][j], 1));
-            const __m128i pairs = _mm_add_epi32(folded, _mm_shuffle_epi32(folded, _MM_SHUFFLE(1, 0, 3, 2)));
-            const __m128i total = _mm_add_epi32(pairs, _mm_shuffle_epi32(pairs, _MM_SHUFFLE(2, 3, 0, 1)));
-            dots[i * kInt8DotsStride + j] = _mm_cvtsi128_si32(total);
+            dots[i * kInt8DotsStride + j] = sum_lanes_avx2(acc[i][j]);
         }
     }
 }
@@ -160,10 +158,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const in
             const __m512i v = acc[i][j];
             const __m256i eight = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xF, v, 0),
                                                      _mm512_maskz_extracti64x4_epi64(0xF, v, 1));
-            const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(eight), _mm256_extracti128_si256(eight, 1));
-            const __m128i two = _mm_add_epi32(four, _mm_shuffle_epi32(four, _MM_SHUFFLE(1, 0, 3, 2)));
-            const __m128i one = _mm_add_epi32(two, _mm_shuffle_epi32(two, _MM_SHUFFLE(2, 3, 0, 1)));
-            dots[i * kInt8DotsStride + j] = _mm_cvtsi128_si32(one);
+            dots[i * kInt8DotsStride + j] = sum_lanes_avx2(eight);
         }
     }
 }

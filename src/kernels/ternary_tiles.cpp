@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/lane_sum.h"
 #include "kernels/ternary_matmul.h"
 #include "kernels/vnni.h"
 
@@ -77,11 +78,7 @@ __attribute__((target("avx2"))) void tile_avx2(const uint8_t* const* w_rows, con
     }
     for (int i = 0; i < WR; ++i) {
         for (int j = 0; j < AR; ++j) {
-            const __m128i folded =
-                _mm_add_epi32(_mm256_castsi256_si128(acc[i][j]), _mm256_extracti128_si256(acc[i][j], 1));
-            const __m128i pairs = _mm_add_epi32(folded, _mm_shuffle_epi32(folded, _MM_SHUFFLE(1, 0, 3, 2)));
-            const __m128i total = _mm_add_epi32(pairs, _mm_shuffle_epi32(pairs, _MM_SHUFFLE(2, 3, 0, 1)));
-            dots[i * kTileDotsStride + j] = _mm_cvtsi128_si32(total);
+            dots[i * kTileDotsStride + j] = sum_lanes_avx2(acc[i][j]);
         }
     }
 }
@@ -378,11 +375,7 @@ __attribute__((target("avx2"))) void ternary_decode_rows_avx2(const uint8_t* pac
                 acc[half] = _mm256_add_epi32(acc[half], _mm256_madd_epi16(sum16, ones16));
             }
         }
-        const __m256i both = _mm256_add_epi32(acc[0], acc[1]);
-        const __m128i folded = _mm_add_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
-        const __m128i pairs = _mm_add_epi32(folded, _mm_shuffle_epi32(folded, _MM_SHUFFLE(1, 0, 3, 2)));
-        const __m128i total = _mm_add_epi32(pairs, _mm_shuffle_epi32(pairs, _MM_SHUFFLE(2, 3, 0, 1)));
-        out[r] = factor * static_cast<float>(_mm_cvtsi128_si32(total) - a_sum);
+        out[r] = factor * static_cast<float>(sum_lanes_avx2(_mm256_add_epi32(acc[0], acc[1])) - a_sum);
     }
 }
 
