@@ -338,10 +338,11 @@ TEST(KernelAttention, BitIdenticalForOneAndTwoThreads) {
 
 // Decode reads a cache (keys transposed, values as rows) and must give row pos of the causal
 // forward bit for bit: the same multiply-add chains; so must the forward of a share of heads.
-// Head dims below, at and above the tile width.
+// Head dims below, at and above the tile width; the last shape spans two key tiles and more
+// value columns than decode's chains cover at once.
 TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
     for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 21, 2, 1, 16},
-                                    AttentionShape{1, 17, 3, 3, 40}}) {
+                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 70, 2, 1, 72}}) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
         const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
@@ -381,7 +382,7 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
 // bits of the forward over the fp16-rounded keys and values.
 TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndValues) {
     for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
-                                    AttentionShape{1, 17, 3, 3, 40}}) {
+                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 70, 2, 1, 72}}) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
         const Floats q = to_float(rng.normal(s.q_size()));

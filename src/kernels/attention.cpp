@@ -318,9 +318,17 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
-// A tile of kTileCols cache entries as floats: fp32 as it is, fp16 widened (exactly) by one
+// Decode's vectors: eight floats, half a tile row. GCC lowers a vector wider than the target's
+// registers through the stack: a 16-float Vec on AVX2 is stored and reloaded at every step,
+// which made attention a third of a 2B model's decode on a Zen 3. Eight floats are one AVX2
+// or AVX-512 register and two SSE ones, on every clone. Each element is still a chain of
+// multiply-adds from zero, in order, so the bits are those of forward_head's 16-float tiles.
+constexpr int kHalfCols = 8;
+using Half = float __attribute__((vector_size(kHalfCols * sizeof(float))));
+
+// kHalfCols cache entries as floats: fp32 as they are, fp16 widened (exactly) by one
 // instruction, so that an fp16 cache is read at half the bytes with the same arithmetic after.
-[[gnu::always_inline]] inline void load_tile(Vec& tile, const float* p) { std::memcpy(&tile, p, sizeof tile); }
+[[gnu::always_inline]] inline void load_half(Half& half, const float* p) { std::memcpy(&half, p, sizeof half); }
 
 // GCC 12's convert intrinsic trips its own uninitialised-value warning (an undefined merge
 // source inside the intrinsic), here and where decode_head_f16_v4 inlines it.
@@ -328,9 +336,48 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // Not always_inline: decode_head_of is generic code; decode_head_f16_v4 flattens it in.
-__attribute__((target("avx512f"))) inline void load_tile(Vec& tile, const Float16* p) {
-    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    std::memcpy(&tile, &wide, sizeof tile);
+__attribute__((target("avx2,f16c"))) inline void load_half(Half& half, const Float16* p) {
+    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&half, &wide, sizeof half);
+}
+
+// Scores of one query row against Halves * 8 keys of one key tile, and its probabilities'
+// weighted sum of Halves * 8 value columns from d0. Halves is a constant so that the
+// accumulators stay in registers (with a run-time count GCC keeps the array on the stack).
+template <int Halves, typename Cache>
+[[gnu::always_inline]] inline void score_halves(float* scores, const float* q, const Cache* key_tile, int head_dim) {
+    Half acc[Halves] = {};
+    for (int d = 0; d < head_dim; ++d) {
+        const float qd = q[d];
+#pragma GCC unroll 8
+        for (int h = 0; h < Halves; ++h) {
+            Half keys;
+            load_half(keys, key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + h * kHalfCols);
+            acc[h] += qd * keys;
+        }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < Halves; ++h) std::memcpy(scores + h * kHalfCols, &acc[h], sizeof acc[h]);
+}
+
+template <int Halves, typename Cache>
+[[gnu::always_inline]] inline void weigh_value_halves(float* out, const float* probs, const Cache* v,
+                                                      ptrdiff_t v_row_stride, int n, int d0, int head_dim) {
+    Half acc[Halves] = {};
+    for (int j = 0; j < n; ++j) {
+        const float pj = probs[j];
+#pragma GCC unroll 8
+        for (int h = 0; h < Halves; ++h) {
+            Half values;
+            load_half(values, v + j * v_row_stride + d0 + h * kHalfCols);
+            acc[h] += pj * values;
+        }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < Halves; ++h) {
+        const int first = d0 + h * kHalfCols, width = std::min(kHalfCols, head_dim - first);
+        for (int l = 0; l < width; ++l) out[first + l] = acc[h][l];
+    }
 }
 
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
@@ -343,38 +390,37 @@ template <typename Cache>
 [[gnu::always_inline]] inline void decode_head_of(float* out, const float* q, const Cache* key_tiles, const Cache* v,
                                                   ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
                                                   float* scores, float* probs) {
-    // Up to kChains tiles advance together: independent chains hide the multiply-add latency,
-    // and each chain keeps its own order, so the bits stay those of forward_head. The cache's
-    // key tiles hold kChains vectors of positions each, so the chains read one stream.
-    constexpr int kChains = kAttentionKeyTile / kTileCols;
+    // Up to kChains halves advance together: independent chains hide the multiply-add latency,
+    // and each keeps its own order. A key tile holds kChains halves of positions, so the chains
+    // read one stream.
+    static constexpr int kChains = kAttentionKeyTile / kHalfCols;
+    static_assert(kChains == 8, "the chain counts below are spelled out for 1 to 8");
+    const auto halves = [](int columns) { return std::min(kChains, (columns + kHalfCols - 1) / kHalfCols); };
     const int n = pos + 1;
-    for (int j0 = 0; j0 < n; j0 += kChains * kTileCols) {
-        const int chains = std::min(kChains, (n - j0 + kTileCols - 1) / kTileCols);
-        Vec acc[kChains] = {};
-        for (int d = 0; d < head_dim; ++d) {
-            for (int c = 0; c < chains; ++c) {
-                Vec keys;
-                load_tile(keys, key_tiles + (static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim + d) *
-                                                kAttentionKeyTile + c * kTileCols);
-                acc[c] += q[d] * keys;
-            }
+    for (int j0 = 0; j0 < n; j0 += kAttentionKeyTile) {
+        const Cache* key_tile = key_tiles + static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim * kAttentionKeyTile;
+        switch (halves(n - j0)) {
+            case 1: score_halves<1>(scores + j0, q, key_tile, head_dim); break;
+            case 2: score_halves<2>(scores + j0, q, key_tile, head_dim); break;
+            case 3: score_halves<3>(scores + j0, q, key_tile, head_dim); break;
+            case 4: score_halves<4>(scores + j0, q, key_tile, head_dim); break;
+            case 5: score_halves<5>(scores + j0, q, key_tile, head_dim); break;
+            case 6: score_halves<6>(scores + j0, q, key_tile, head_dim); break;
+            case 7: score_halves<7>(scores + j0, q, key_tile, head_dim); break;
+            default: score_halves<8>(scores + j0, q, key_tile, head_dim); break;
         }
-        for (int c = 0; c < chains; ++c) store_vec(scores + j0 + c * kTileCols, acc[c]);
     }
     softmax_row(probs, scores, n, n, scale);
-    for (int d0 = 0; d0 < head_dim; d0 += kChains * kTileCols) {
-        const int chains = std::min(kChains, (head_dim - d0 + kTileCols - 1) / kTileCols);
-        Vec acc[kChains] = {};
-        for (int j = 0; j < n; ++j) {
-            for (int c = 0; c < chains; ++c) {
-                Vec values;
-                load_tile(values, v + j * v_row_stride + d0 + c * kTileCols);
-                acc[c] += probs[j] * values;
-            }
-        }
-        for (int c = 0; c < chains; ++c) {
-            const int first = d0 + c * kTileCols, width = std::min(kTileCols, head_dim - first);
-            for (int l = 0; l < width; ++l) out[first + l] = acc[c][l];
+    for (int d0 = 0; d0 < head_dim; d0 += kChains * kHalfCols) {
+        switch (halves(head_dim - d0)) {
+            case 1: weigh_value_halves<1>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 2: weigh_value_halves<2>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 3: weigh_value_halves<3>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 4: weigh_value_halves<4>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 5: weigh_value_halves<5>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 6: weigh_value_halves<6>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            case 7: weigh_value_halves<7>(out, probs, v, v_row_stride, n, d0, head_dim); break;
+            default: weigh_value_halves<8>(out, probs, v, v_row_stride, n, d0, head_dim); break;
         }
     }
 }
