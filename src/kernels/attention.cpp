@@ -23,38 +23,83 @@ namespace {
 // Tiles start at multiples of kTileRows, so causality is exploited at tile granularity. This
 // beat gemm() (oneDNN) on per-(batch, head) row blocks, which computes whole blocks of the
 // masked triangle: forward 6.4 vs 9.4 ms on one thread at batch 8, seq 256, 4 heads, dim 64.
-// The tile rows are GCC vector types: plain arrays get spilled to the stack every step.
-// Helpers called from the cloned per-head functions are always_inline, so that each clone
-// gets them compiled for its own instruction set rather than calling a baseline copy.
+// A tile row is held as Parts, GCC vectors of the register width of the instruction-set level
+// the per-head functions are compiled for (run_at_cpu_level below): GCC lowers a vector wider
+// than the target's registers through the stack, so a 16-float row on AVX2 was stored and
+// reloaded at every step (a third of a 2B model's decode on a Zen 3). Each output element is a
+// chain of multiply-adds from zero, in order, whatever the width: the width changes no bits.
+// Helpers are always_inline, and the levels' entry points flatten, so that each level gets
+// them compiled for its own instruction set rather than calling a baseline copy.
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 16;
-using Vec = float __attribute__((vector_size(kTileCols * sizeof(float))));
-using Tile = Vec[kTileRows];
+using Wide = float __attribute__((vector_size(16 * sizeof(float))));    // x86-64-v4: one AVX-512 register
+using Half = float __attribute__((vector_size(8 * sizeof(float))));     // x86-64-v3: one AVX2 register
+using Quarter = float __attribute__((vector_size(4 * sizeof(float))));  // baseline x86-64: one SSE register
+
+template <typename Part>
+inline constexpr int kPartLanes = sizeof(Part) / sizeof(float);
+
+// kTileCols floats as Parts.
+template <typename Part>
+struct TileRow {
+    static constexpr int kParts = kTileCols / kPartLanes<Part>;
+    Part parts[kParts];
+};
+template <typename Part>
+using Tile = TileRow<Part>[kTileRows];
 
 int round_up(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-// Vectors travel by reference: passing them by value would change the ABI between clones.
-inline void store_vec(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+// Part by part: one memcpy of the whole row made GCC copy it through the stack.
+template <typename Part>
+[[gnu::always_inline]] inline void load_row(TileRow<Part>& row, const float* p) {
+#pragma GCC unroll 4
+    for (int i = 0; i < TileRow<Part>::kParts; ++i) std::memcpy(&row.parts[i], p + i * kPartLanes<Part>, sizeof(Part));
+}
 
-inline void add_vec(float* p, const Vec& v) {
-    Vec sum;
-    std::memcpy(&sum, p, sizeof sum);
-    sum += v;
-    std::memcpy(p, &sum, sizeof sum);
+template <typename Part>
+[[gnu::always_inline]] inline void store_row(float* p, const TileRow<Part>& row) {
+#pragma GCC unroll 4
+    for (int i = 0; i < TileRow<Part>::kParts; ++i) std::memcpy(p + i * kPartLanes<Part>, &row.parts[i], sizeof(Part));
+}
+
+// p[0 .. width) = the row's first width floats.
+template <typename Part>
+[[gnu::always_inline]] inline void store_row_prefix(float* p, const TileRow<Part>& row, int width) {
+    float all[kTileCols];
+    store_row(all, row);
+    for (int l = 0; l < width; ++l) p[l] = all[l];
+}
+
+template <typename Part>
+[[gnu::always_inline]] inline void add_row(float* p, const TileRow<Part>& row) {
+    TileRow<Part> sum;
+    load_row(sum, p);
+#pragma GCC unroll 4
+    for (int i = 0; i < TileRow<Part>::kParts; ++i) sum.parts[i] += row.parts[i];
+    store_row(p, sum);
+}
+
+// acc += s * b.
+template <typename Part>
+[[gnu::always_inline]] inline void multiply_add(TileRow<Part>& acc, float s, const TileRow<Part>& b) {
+#pragma GCC unroll 4
+    for (int i = 0; i < TileRow<Part>::kParts; ++i) acc.parts[i] += s * b.parts[i];
 }
 
 // acc[r][l] += sum_{k0 <= k < k1} a[r][k * a_step] * b[k * ldb + l].
-[[gnu::always_inline]] inline void tile_accumulate(Tile& acc, const float* const* a, ptrdiff_t a_step,
+template <typename Part>
+[[gnu::always_inline]] inline void tile_accumulate(Tile<Part>& acc, const float* const* a, ptrdiff_t a_step,
                                                    const float* b, ptrdiff_t ldb, int k0, int k1) {
     static_assert(kTileRows == 4, "the accumulators below are spelled out so they stay in registers");
-    Vec c0 = acc[0], c1 = acc[1], c2 = acc[2], c3 = acc[3];
+    TileRow<Part> c0 = acc[0], c1 = acc[1], c2 = acc[2], c3 = acc[3];
     for (int k = k0; k < k1; ++k) {
-        Vec bk;
-        std::memcpy(&bk, b + k * ldb, sizeof bk);
-        c0 += a[0][k * a_step] * bk;
-        c1 += a[1][k * a_step] * bk;
-        c2 += a[2][k * a_step] * bk;
-        c3 += a[3][k * a_step] * bk;
+        TileRow<Part> bk;
+        load_row(bk, b + k * ldb);
+        multiply_add(c0, a[0][k * a_step], bk);
+        multiply_add(c1, a[1][k * a_step], bk);
+        multiply_add(c2, a[2][k * a_step], bk);
+        multiply_add(c3, a[3][k * a_step], bk);
     }
     acc[0] = c0;
     acc[1] = c1;
@@ -90,11 +135,9 @@ struct Dims {
 
 // dst rows 0..7 (ld_dst apart) = columns 0..7 of src rows 0..7 (ld_src apart), by shuffles in
 // registers: element by element, the transposes took about a tenth of the forward.
-using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
-
 [[gnu::always_inline]] inline void transpose_8x8(float* dst, ptrdiff_t ld_dst, const float* src, ptrdiff_t ld_src) {
-    Vec8 r[8], t[8];
-    for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * ld_src, sizeof(Vec8));
+    Half r[8], t[8];
+    for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * ld_src, sizeof(Half));
     // Interleave row pairs: t[2m] holds columns {0,1,4,5} and t[2m+1] columns {2,3,6,7} of rows 2m, 2m+1.
     for (int i = 0; i < 8; i += 2) {
         t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
@@ -111,7 +154,7 @@ using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
         t[c] = __builtin_shufflevector(r[c], r[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
         t[c + 4] = __builtin_shufflevector(r[c], r[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
-    for (int i = 0; i < 8; ++i) std::memcpy(dst + i * ld_dst, &t[i], sizeof(Vec8));
+    for (int i = 0; i < 8; ++i) std::memcpy(dst + i * ld_dst, &t[i], sizeof(Half));
 }
 
 // dst (head_dim, seq_pad) = transpose of src (seq rows, stride apart). Padding is never written.
@@ -211,9 +254,9 @@ struct BackwardWorkspace {
 
 // One (batch, head): q, out (seq rows, q_stride apart); k, v (seq rows, kv_stride apart) of
 // its kv head; probs (seq, seq), or null to keep only one tile row of them at a time.
-DQT_TARGET_CLONES
-void forward_head(float* out, float* probs, const float* q, const float* k, const float* v, const Dims& dm,
-                  ForwardWorkspace& ws) {
+template <typename Part>
+[[gnu::always_inline]] inline void forward_head(float* out, float* probs, const float* q, const float* k,
+                                                const float* v, const Dims& dm, ForwardWorkspace& ws) {
     const int T = dm.seq, D = dm.head_dim;
     transpose_into(ws.k_t, k, dm.kv_stride, dm);
     copy_into(ws.v_rows, v, dm.kv_stride, dm);
@@ -224,10 +267,10 @@ void forward_head(float* out, float* probs, const float* q, const float* k, cons
         // scores = q k^T for this tile row
         tile_rows(rows, q, dm.q_stride, i0, T);
         for (int j0 = 0; j0 < j_end; j0 += kTileCols) {
-            Tile acc = {};
-            tile_accumulate(acc, rows, 1, ws.k_t + j0, dm.seq_pad, 0, D);
+            Tile<Part> acc = {};
+            tile_accumulate<Part>(acc, rows, 1, ws.k_t + j0, dm.seq_pad, 0, D);
             for (int r = 0; r < kTileRows; ++r)
-                store_vec(ws.scores + r * dm.seq_pad + j0, acc[r]);
+                store_row(ws.scores + r * dm.seq_pad + j0, acc[r]);
         }
         // This tile row's probabilities: in probs when they are saved, else in the workspace.
         float* tile_probs = probs != nullptr ? probs + static_cast<ptrdiff_t>(i0) * T : ws.probs;
@@ -237,11 +280,10 @@ void forward_head(float* out, float* probs, const float* q, const float* k, cons
         // out = probs v
         tile_rows(rows, tile_probs, probs_stride, 0, valid);
         for (int d0 = 0; d0 < D; d0 += kTileCols) {
-            Tile acc = {};
-            tile_accumulate(acc, rows, 1, ws.v_rows + d0, dm.dim_pad, 0, j_end);
+            Tile<Part> acc = {};
+            tile_accumulate<Part>(acc, rows, 1, ws.v_rows + d0, dm.dim_pad, 0, j_end);
             const int width = std::min(kTileCols, D - d0);
-            for (int r = 0; r < valid; ++r)
-                for (int l = 0; l < width; ++l) out[(i0 + r) * dm.q_stride + d0 + l] = acc[r][l];
+            for (int r = 0; r < valid; ++r) store_row_prefix(out + (i0 + r) * dm.q_stride + d0, acc[r], width);
         }
     }
 }
@@ -249,10 +291,10 @@ void forward_head(float* out, float* probs, const float* q, const float* k, cons
 // One (batch, kv head) and its `group` query heads, so that dk and dv have a single writer.
 // q, dq, dout point at the first query head of the group (seq rows, q_stride apart; head g at
 // + g * head_dim); k, v, dk, dv (seq rows, kv_stride apart); probs, dscores (group, seq, seq).
-DQT_TARGET_CLONES
-void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const float* dout, const float* q,
-                      const float* k, const float* v, const float* probs, int group, const Dims& dm,
-                      BackwardWorkspace& ws) {
+template <typename Part>
+[[gnu::always_inline]] inline void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const float* dout,
+                                                    const float* q, const float* k, const float* v, const float* probs,
+                                                    int group, const Dims& dm, BackwardWorkspace& ws) {
     const int T = dm.seq, D = dm.head_dim;
     const ptrdiff_t TT = static_cast<ptrdiff_t>(T) * T;
     copy_into(ws.k_rows, k, dm.kv_stride, dm);
@@ -273,10 +315,10 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
             // dprobs = dout v^T
             tile_rows(rows, ws.do_rows, dm.dim_pad, i0, T);
             for (int j0 = 0; j0 < j_end; j0 += kTileCols) {
-                Tile acc = {};
-                tile_accumulate(acc, rows, 1, ws.v_t + j0, dm.seq_pad, 0, D);
+                Tile<Part> acc = {};
+                tile_accumulate<Part>(acc, rows, 1, ws.v_t + j0, dm.seq_pad, 0, D);
                 for (int r = 0; r < kTileRows; ++r)
-                    store_vec(ws.scores + r * dm.seq_pad + j0, acc[r]);
+                    store_row(ws.scores + r * dm.seq_pad + j0, acc[r]);
             }
             // Softmax backward: ds_ij = p_ij (dp_ij - sum_l p_il dp_il) * scale. Entries
             // j_end > j > i are zeroed because the dk tiles below read them.
@@ -292,9 +334,9 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
             // dq += ds k
             tile_rows(rows, ds, T, i0, T);
             for (int d0 = 0; d0 < D; d0 += kTileCols) {
-                Tile acc = {};
-                tile_accumulate(acc, rows, 1, ws.k_rows + d0, dm.dim_pad, 0, j_end);
-                for (int r = 0; r < valid; ++r) add_vec(ws.dq_acc + (i0 + r) * dm.dim_pad + d0, acc[r]);
+                Tile<Part> acc = {};
+                tile_accumulate<Part>(acc, rows, 1, ws.k_rows + d0, dm.dim_pad, 0, j_end);
+                for (int r = 0; r < valid; ++r) add_row(ws.dq_acc + (i0 + r) * dm.dim_pad + d0, acc[r]);
             }
         }
         add_rows(dq + g * D, dm.q_stride, ws.dq_acc, dm);
@@ -303,14 +345,14 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
         for (int j0 = 0; j0 < T; j0 += kTileRows) {
             const int valid = std::min(kTileRows, T - j0);
             for (int d0 = 0; d0 < D; d0 += kTileCols) {
-                Tile acc = {};
+                Tile<Part> acc = {};
                 tile_rows(rows, ds, 1, j0, T);
-                tile_accumulate(acc, rows, T, ws.q_rows + d0, dm.dim_pad, j0, T);
-                for (int r = 0; r < valid; ++r) add_vec(ws.dk_acc + (j0 + r) * dm.dim_pad + d0, acc[r]);
-                Tile acc_v = {};
+                tile_accumulate<Part>(acc, rows, T, ws.q_rows + d0, dm.dim_pad, j0, T);
+                for (int r = 0; r < valid; ++r) add_row(ws.dk_acc + (j0 + r) * dm.dim_pad + d0, acc[r]);
+                Tile<Part> acc_v = {};
                 tile_rows(rows, p, 1, j0, T);
-                tile_accumulate(acc_v, rows, T, ws.do_rows + d0, dm.dim_pad, j0, T);
-                for (int r = 0; r < valid; ++r) add_vec(ws.dv_acc + (j0 + r) * dm.dim_pad + d0, acc_v[r]);
+                tile_accumulate<Part>(acc_v, rows, T, ws.do_rows + d0, dm.dim_pad, j0, T);
+                for (int r = 0; r < valid; ++r) add_row(ws.dv_acc + (j0 + r) * dm.dim_pad + d0, acc_v[r]);
             }
         }
     }
@@ -318,65 +360,72 @@ void backward_kv_head(float* dq, float* dk, float* dv, float* dscores, const flo
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
-// Decode's vectors: eight floats, half a tile row. GCC lowers a vector wider than the target's
-// registers through the stack: a 16-float Vec on AVX2 is stored and reloaded at every step,
-// which made attention a third of a 2B model's decode on a Zen 3. Eight floats are one AVX2
-// or AVX-512 register and two SSE ones, on every clone. Each element is still a chain of
-// multiply-adds from zero, in order, so the bits are those of forward_head's 16-float tiles.
-constexpr int kHalfCols = 8;
-using Half = float __attribute__((vector_size(kHalfCols * sizeof(float))));
-
-// kHalfCols cache entries as floats: fp32 as they are, fp16 widened (exactly) by one
+// A part of cache entries as floats: fp32 as they are, fp16 widened (exactly) by one
 // instruction, so that an fp16 cache is read at half the bytes with the same arithmetic after.
-[[gnu::always_inline]] inline void load_half(Half& half, const float* p) { std::memcpy(&half, p, sizeof half); }
+template <typename Part>
+[[gnu::always_inline]] inline void load_part(Part& part, const float* p) {
+    std::memcpy(&part, p, sizeof part);
+}
 
 // GCC 12's convert intrinsic trips its own uninitialised-value warning (an undefined merge
-// source inside the intrinsic), here and where decode_head_f16_v4 inlines it.
+// source inside the intrinsic).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// Not always_inline: decode_head_of is generic code; decode_head_f16_v4 flattens it in.
-__attribute__((target("avx2,f16c"))) inline void load_half(Half& half, const Float16* p) {
-    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    std::memcpy(&half, &wide, sizeof half);
+// Not always_inline: decode_head is generic code; run_at_v4 flattens it in.
+__attribute__((target("avx512f"))) inline void load_part(Wide& part, const Float16* p) {
+    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&part, &wide, sizeof part);
 }
 
-// Scores of one query row against Halves * 8 keys of one key tile, and its probabilities'
-// weighted sum of Halves * 8 value columns from d0. Halves is a constant so that the
-// accumulators stay in registers (with a run-time count GCC keeps the array on the stack).
-template <int Halves, typename Cache>
-[[gnu::always_inline]] inline void score_halves(float* scores, const float* q, const Cache* key_tile, int head_dim) {
-    Half acc[Halves] = {};
+#pragma GCC diagnostic pop
+
+// f(std::integral_constant<int, min(count, Max)>()), count >= 1: a run-time count made the
+// constant that keeps an array of accumulators in registers (with a run-time bound GCC keeps
+// it on the stack).
+template <int Max, typename F>
+[[gnu::always_inline]] inline void with_constant(int count, F&& f) {
+    if constexpr (Max > 1) {
+        if (count < Max) return with_constant<Max - 1>(count, f);
+    }
+    f(std::integral_constant<int, Max>());
+}
+
+// Scores of one query row against Chains parts of one key tile (positions j0..); the row's
+// probabilities' weighted sum of Chains parts of value columns from d0.
+template <typename Part, int Chains, typename Cache>
+[[gnu::always_inline]] inline void score_parts(float* scores, const float* q, const Cache* key_tile, int head_dim) {
+    Part acc[Chains] = {};
     for (int d = 0; d < head_dim; ++d) {
         const float qd = q[d];
-#pragma GCC unroll 8
-        for (int h = 0; h < Halves; ++h) {
-            Half keys;
-            load_half(keys, key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + h * kHalfCols);
-            acc[h] += qd * keys;
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c) {
+            Part keys;
+            load_part(keys, key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + c * kPartLanes<Part>);
+            acc[c] += qd * keys;
         }
     }
-#pragma GCC unroll 8
-    for (int h = 0; h < Halves; ++h) std::memcpy(scores + h * kHalfCols, &acc[h], sizeof acc[h]);
+#pragma GCC unroll 16
+    for (int c = 0; c < Chains; ++c) std::memcpy(scores + c * kPartLanes<Part>, &acc[c], sizeof acc[c]);
 }
 
-template <int Halves, typename Cache>
-[[gnu::always_inline]] inline void weigh_value_halves(float* out, const float* probs, const Cache* v,
-                                                      ptrdiff_t v_row_stride, int n, int d0, int head_dim) {
-    Half acc[Halves] = {};
+template <typename Part, int Chains, typename Cache>
+[[gnu::always_inline]] inline void weigh_value_parts(float* out, const float* probs, const Cache* v,
+                                                     ptrdiff_t v_row_stride, int n, int d0, int head_dim) {
+    Part acc[Chains] = {};
     for (int j = 0; j < n; ++j) {
         const float pj = probs[j];
-#pragma GCC unroll 8
-        for (int h = 0; h < Halves; ++h) {
-            Half values;
-            load_half(values, v + j * v_row_stride + d0 + h * kHalfCols);
-            acc[h] += pj * values;
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c) {
+            Part values;
+            load_part(values, v + j * v_row_stride + d0 + c * kPartLanes<Part>);
+            acc[c] += pj * values;
         }
     }
-#pragma GCC unroll 8
-    for (int h = 0; h < Halves; ++h) {
-        const int first = d0 + h * kHalfCols, width = std::min(kHalfCols, head_dim - first);
-        for (int l = 0; l < width; ++l) out[first + l] = acc[h][l];
+#pragma GCC unroll 16
+    for (int c = 0; c < Chains; ++c) {
+        const int first = d0 + c * kPartLanes<Part>, width = std::min(kPartLanes<Part>, head_dim - first);
+        for (int l = 0; l < width; ++l) out[first + l] = acc[c][l];
     }
 }
 
@@ -386,63 +435,33 @@ template <int Halves, typename Cache>
 // (head_dim); key_tiles this kv head's keys in the cache's tiles (attention.h); v (pos + 1 rows,
 // v_row_stride apart, readable kTileCols entries past head_dim); scores, probs
 // (round_up(pos + 1, kTileCols)).
-template <typename Cache>
-[[gnu::always_inline]] inline void decode_head_of(float* out, const float* q, const Cache* key_tiles, const Cache* v,
-                                                  ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
-                                                  float* scores, float* probs) {
-    // Up to kChains halves advance together: independent chains hide the multiply-add latency,
-    // and each keeps its own order. A key tile holds kChains halves of positions, so the chains
-    // read one stream.
-    static constexpr int kChains = kAttentionKeyTile / kHalfCols;
-    static_assert(kChains == 8, "the chain counts below are spelled out for 1 to 8");
-    const auto halves = [](int columns) { return std::min(kChains, (columns + kHalfCols - 1) / kHalfCols); };
+template <typename Part, typename Cache>
+[[gnu::always_inline]] inline void decode_head(float* out, const float* q, const Cache* key_tiles, const Cache* v,
+                                               ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
+                                               float* scores, float* probs) {
+    // Up to a key tile's parts advance together: independent chains hide the multiply-add
+    // latency, each keeps its own order, and the chains read one stream.
+    constexpr int kChains = kAttentionKeyTile / kPartLanes<Part>;
+    const auto parts = [](int columns) { return (columns + kPartLanes<Part> - 1) / kPartLanes<Part>; };
     const int n = pos + 1;
     for (int j0 = 0; j0 < n; j0 += kAttentionKeyTile) {
         const Cache* key_tile = key_tiles + static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim * kAttentionKeyTile;
-        switch (halves(n - j0)) {
-            case 1: score_halves<1>(scores + j0, q, key_tile, head_dim); break;
-            case 2: score_halves<2>(scores + j0, q, key_tile, head_dim); break;
-            case 3: score_halves<3>(scores + j0, q, key_tile, head_dim); break;
-            case 4: score_halves<4>(scores + j0, q, key_tile, head_dim); break;
-            case 5: score_halves<5>(scores + j0, q, key_tile, head_dim); break;
-            case 6: score_halves<6>(scores + j0, q, key_tile, head_dim); break;
-            case 7: score_halves<7>(scores + j0, q, key_tile, head_dim); break;
-            default: score_halves<8>(scores + j0, q, key_tile, head_dim); break;
-        }
+        with_constant<kChains>(parts(n - j0), [&](auto chains) {
+            score_parts<Part, chains()>(scores + j0, q, key_tile, head_dim);
+        });
     }
     softmax_row(probs, scores, n, n, scale);
-    for (int d0 = 0; d0 < head_dim; d0 += kChains * kHalfCols) {
-        switch (halves(head_dim - d0)) {
-            case 1: weigh_value_halves<1>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 2: weigh_value_halves<2>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 3: weigh_value_halves<3>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 4: weigh_value_halves<4>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 5: weigh_value_halves<5>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 6: weigh_value_halves<6>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            case 7: weigh_value_halves<7>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-            default: weigh_value_halves<8>(out, probs, v, v_row_stride, n, d0, head_dim); break;
-        }
+    for (int d0 = 0; d0 < head_dim; d0 += kChains * kPartLanes<Part>) {
+        with_constant<kChains>(parts(head_dim - d0), [&](auto chains) {
+            weigh_value_parts<Part, chains()>(out, probs, v, v_row_stride, n, d0, head_dim);
+        });
     }
 }
 
-DQT_TARGET_CLONES
-void decode_head(float* out, const float* q, const float* key_tiles, const float* v, ptrdiff_t v_row_stride, int pos,
-                 int head_dim, float scale, float* scores, float* probs) {
-    decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
-}
+// The instruction-set levels the per-head functions are compiled for, and the one this CPU
+// runs. Clang 14 lacks the levels' names: their features instead.
+enum class CpuLevel { baseline, v3, v4 };
 
-// The fp16 cache read in place. Compiled for exactly the x86-64-v4 clone of decode_head and
-// taken only where that clone runs: the same instructions after the widening, the same bits.
-__attribute__((target("arch=x86-64-v4"), flatten)) void decode_head_f16_v4(float* out, const float* q,
-                                                                          const Float16* key_tiles, const Float16* v,
-                                                                          ptrdiff_t v_row_stride, int pos, int head_dim,
-                                                                          float scale, float* scores, float* probs) {
-    decode_head_of(out, q, key_tiles, v, v_row_stride, pos, head_dim, scale, scores, probs);
-}
-
-#pragma GCC diagnostic pop
-
-// Whether decode_head_f16_v4 may run. Clang 14 lacks the level's name: its features instead.
 bool cpu_is_x86_64_v4() {
 #if defined(__clang__)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -452,6 +471,53 @@ bool cpu_is_x86_64_v4() {
 #else
     return __builtin_cpu_supports("x86-64-v4");
 #endif
+}
+
+bool cpu_is_x86_64_v3() {
+#if defined(__clang__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2") && cpu_has_f16c();
+#else
+    return __builtin_cpu_supports("x86-64-v3");
+#endif
+}
+
+CpuLevel cpu_level() {
+    static const CpuLevel level = cpu_is_x86_64_v4()   ? CpuLevel::v4
+                                  : cpu_is_x86_64_v3() ? CpuLevel::v3
+                                                       : CpuLevel::baseline;
+    return level;
+}
+
+// f(PartOf<Part>()) compiled for one level: flatten inlines f and all it calls, so the per-head
+// bodies are compiled for that level's instruction set, with its Part.
+template <typename Part>
+struct PartOf {
+    using type = Part;
+};
+
+template <typename F>
+__attribute__((target("arch=x86-64-v4"), flatten)) void run_at_v4(F& f) {
+    f(PartOf<Wide>());
+}
+
+template <typename F>
+__attribute__((target("arch=x86-64-v3"), flatten)) void run_at_v3(F& f) {
+    f(PartOf<Half>());
+}
+
+template <typename F>
+__attribute__((flatten)) void run_at_baseline(F& f) {
+    f(PartOf<Quarter>());
+}
+
+template <typename F>
+void run_at_cpu_level(F&& f) {
+    switch (cpu_level()) {
+        case CpuLevel::v4: run_at_v4(f); break;
+        case CpuLevel::v3: run_at_v3(f); break;
+        case CpuLevel::baseline: run_at_baseline(f); break;
+    }
 }
 
 // Checked with if, not require(): decode calls this per layer and token.
@@ -477,7 +543,10 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
             const ptrdiff_t q_off = static_cast<ptrdiff_t>(b) * seq * dm.q_stride + h * head_dim;
             const ptrdiff_t kv_off = static_cast<ptrdiff_t>(b) * seq * dm.kv_stride + (h / group) * head_dim;
             float* head_probs = probs != nullptr ? probs + static_cast<ptrdiff_t>(bh) * seq * seq : nullptr;
-            forward_head(out + q_off, head_probs, q + q_off, k + kv_off, v + kv_off, dm, ws);
+            run_at_cpu_level([&](auto part) {
+                forward_head<typename decltype(part)::type>(out + q_off, head_probs, q + q_off, k + kv_off,
+                                                            v + kv_off, dm, ws);
+            });
         }
     }
 }
@@ -494,7 +563,10 @@ void attention_forward_heads(float* out, const float* q, const float* k, const f
     ForwardWorkspace ws(dm, scratch);
     for (int h = head_begin; h < head_end; ++h) {
         const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = static_cast<ptrdiff_t>(h / group) * head_dim;
-        forward_head(out + q_off, nullptr, q + q_off, k + kv_off, v + kv_off, dm, ws);
+        run_at_cpu_level([&](auto part) {
+            forward_head<typename decltype(part)::type>(out + q_off, nullptr, q + q_off, k + kv_off, v + kv_off, dm,
+                                                        ws);
+        });
     }
 }
 
@@ -517,8 +589,11 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
             const ptrdiff_t q_off = static_cast<ptrdiff_t>(b) * seq * dm.q_stride + kvh * group * head_dim;
             const ptrdiff_t kv_off = static_cast<ptrdiff_t>(b) * seq * dm.kv_stride + kvh * head_dim;
             const ptrdiff_t p_off = (static_cast<ptrdiff_t>(b) * heads + kvh * group) * seq * seq;
-            backward_kv_head(dq + q_off, dk + kv_off, dv + kv_off, dscores_scratch + p_off, dout + q_off, q + q_off,
-                             k + kv_off, v + kv_off, probs + p_off, group, dm, ws);
+            run_at_cpu_level([&](auto part) {
+                backward_kv_head<typename decltype(part)::type>(dq + q_off, dk + kv_off, dv + kv_off,
+                                                                dscores_scratch + p_off, dout + q_off, q + q_off,
+                                                                k + kv_off, v + kv_off, probs + p_off, group, dm, ws);
+            });
         }
     }
 }
@@ -563,19 +638,23 @@ struct DecodeBuffers {
 // them out).
 void decode_cached_head(float* out, const float* q, const float* key_tiles, const float* values, int pos, int head_dim,
                         float scale, DecodeBuffers& buffers) {
-    decode_head(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(), buffers.probs.data());
+    run_at_cpu_level([&](auto part) {
+        decode_head<typename decltype(part)::type>(out, q, key_tiles, values, head_dim, pos, head_dim, scale,
+                                                   buffers.scores.data(), buffers.probs.data());
+    });
 }
 
-// An fp16 cache is read in place by decode_head's own arithmetic where its x86-64-v4 clone
-// runs; elsewhere it is widened into buffers first (the cache is still read at half the bytes).
-// A build without target clones (TSan) runs decode_head's portable version even on an
-// x86-64-v4 CPU, whose bits differ from the v4 code (no fused multiply-adds): it widens too.
+// An fp16 cache is read in place by decode's own arithmetic on x86-64-v4 CPUs (AVX-512 widens
+// a part in one instruction); elsewhere it is widened into buffers first (the cache is still
+// read at half the bytes).
 void decode_cached_head(float* out, const float* q, const Float16* key_tiles, const Float16* values, int pos,
                         int head_dim, float scale, DecodeBuffers& buffers) {
-    static const bool in_place = kTargetClones && cpu_is_x86_64_v4();
-    if (in_place) {
-        decode_head_f16_v4(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
-                           buffers.probs.data());
+    if (cpu_level() == CpuLevel::v4) {
+        auto decode = [&](auto) {
+            decode_head<Wide>(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
+                              buffers.probs.data());
+        };
+        run_at_v4(decode);
         return;
     }
     // The whole tiles of keys 0..pos, and pos + 1 rows of values; the tiles read kTileCols
@@ -587,8 +666,7 @@ void decode_cached_head(float* out, const float* q, const Float16* key_tiles, co
     buffers.values.resize(value_count + kTileCols);
     widen_f16(values, buffers.values.data(), value_count);
     std::fill(buffers.values.begin() + static_cast<ptrdiff_t>(value_count), buffers.values.end(), 0.0f);
-    decode_head(out, q, buffers.keys.data(), buffers.values.data(), head_dim, pos, head_dim, scale,
-                buffers.scores.data(), buffers.probs.data());
+    decode_cached_head(out, q, buffers.keys.data(), buffers.values.data(), pos, head_dim, scale, buffers);
 }
 
 template <typename Cache>

@@ -21,10 +21,8 @@ namespace dqt {
 #endif
 #ifdef DQT_NO_TARGET_CLONES
 #define DQT_TARGET_CLONES
-inline constexpr bool kTargetClones = false;
 #else
 #define DQT_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-inline constexpr bool kTargetClones = true;
 #endif
 
 inline constexpr int kLanes = 8;
