@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -372,9 +373,15 @@ template <typename Part>
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// Not always_inline: decode_head is generic code; run_at_v4 flattens it in.
+// Not always_inline: decode_head is generic code; run_at_v4 and run_at_v3 flatten it in. The
+// baseline level has no conversion instruction: an fp16 cache is widened before decode there.
 __attribute__((target("avx512f"))) inline void load_part(Wide& part, const Float16* p) {
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&part, &wide, sizeof part);
+}
+
+__attribute__((target("avx2,f16c"))) inline void load_part(Half& part, const Float16* p) {
+    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     std::memcpy(&part, &wide, sizeof part);
 }
 
@@ -631,7 +638,7 @@ template <typename Cache>
 // values of an fp16 cache where it cannot be read in place.
 struct DecodeBuffers {
     std::vector<float> scores, probs;  // (round_up(pos + 1, kTileCols))
-    std::vector<float> keys, values;   // fp16 caches without x86-64-v4 only
+    std::vector<float> keys, values;   // fp16 caches at the baseline level only
 };
 
 // Decode of one query head over its kv head's cache (key_tiles and values as attention.h lays
@@ -644,17 +651,18 @@ void decode_cached_head(float* out, const float* q, const float* key_tiles, cons
     });
 }
 
-// An fp16 cache is read in place by decode's own arithmetic on x86-64-v4 CPUs (AVX-512 widens
-// a part in one instruction); elsewhere it is widened into buffers first (the cache is still
-// read at half the bytes).
+// An fp16 cache is read in place by decode's own arithmetic at the x86-64-v4 and v3 levels (a
+// part widened by one instruction); at the baseline level it is widened into buffers first
+// (the cache is still read at half the bytes).
 void decode_cached_head(float* out, const float* q, const Float16* key_tiles, const Float16* values, int pos,
                         int head_dim, float scale, DecodeBuffers& buffers) {
-    if (cpu_level() == CpuLevel::v4) {
-        auto decode = [&](auto) {
-            decode_head<Wide>(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
-                              buffers.probs.data());
-        };
-        run_at_v4(decode);
+    if (cpu_level() != CpuLevel::baseline) {
+        run_at_cpu_level([&](auto part) {
+            using Part = typename decltype(part)::type;
+            if constexpr (!std::is_same_v<Part, Quarter>)
+                decode_head<Part>(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
+                                  buffers.probs.data());
+        });
         return;
     }
     // The whole tiles of keys 0..pos, and pos + 1 rows of values; the tiles read kTileCols
