@@ -12,7 +12,7 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
         ->capture_default_str();
     command.add_option("--dqt-recipe", f.recipe,
                        "dqt defaults: tuned (learned grid step, --lr 3e-3, --min-lr-ratio 0, and for ternary codes "
-                       "--dqt-residual-bits 8) or "
+                       "--dqt-residual-bits 6 --dqt-overhang 1) or "
                        "reference (the paper's max-rule scale and the common defaults); flags given win")
         ->capture_default_str();
     command.add_option("--dqt-scale", f.scale_rule,

@@ -24,7 +24,9 @@ Arms:
   bitnet-warmfp-fF   the same warm start given to the baseline: fp for F of the budget, then bitnet
   bitnet-full-best   the baseline alone, at the best point of its full stage (not its prune stage's)
   recipe             `dqt train --method dqt` as a user runs it: the default recipe's residual, the
-                     grid point's lr, schedule and beta1 (which the recipe's equal)
+                     grid point's lr, schedule and beta1 (which the recipe's equal). Its records up
+                     to 2026-11-28 ran the 8-bit residual; since then the recipe is residual6-h1's
+                     settings, so a new recipe record repeats that arm through the recipe
 
 With --beside-bitnet, a one-run arm trains side by side with bitnet at bitnet's best point of
 the same budget (for --budget full the full stage's best; records before 2026-11-28 used its

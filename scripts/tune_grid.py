@@ -353,8 +353,10 @@ def best_runs(records, directions):
         row = "bitnet" if [run["point"]] == bitnet_best else "bitnet (another point, beside an arm)"
         add(row, run["corpus"], run["size"], run["seed"], run, point_name(run["point"]))
 
-    arm_rows = {"recipe": ("dqt-1.58 (recipe)", "recipe (grid best + 8-bit residual)"),
-                "residual6-h1": ("dqt-1.58 (residual6-h1)", "grid best + 6-bit residual, overhang 1")}
+    # Every "recipe" record ran the recipe of its day, the 8-bit residual: the recipe since
+    # 2026-11-28 is residual6-h1's settings.
+    arm_rows = {"recipe": ("dqt-1.58 (8-bit residual)", "the recipe until 2026-11-28: grid best + 8-bit residual"),
+                "residual6-h1": ("dqt-1.58 (residual6-h1)", "the recipe since 2026-11-28: grid best + 6-bit residual, overhang 1")}
     for r in directions:
         if r["budget"] != "full":
             continue
@@ -364,7 +366,8 @@ def best_runs(records, directions):
             add_bitnet(r["phases"][-1])
         if r.get("beside"):
             add_bitnet(r["beside"])
-    order = ["bitnet", "bitnet (another point, beside an arm)", "dqt-1.58 (recipe)", "dqt-1.58 (residual6-h1)", "dqt-8"]
+    order = ["bitnet", "bitnet (another point, beside an arm)", "dqt-1.58 (8-bit residual)", "dqt-1.58 (residual6-h1)",
+             "dqt-8"]
     return {key: {m: [runs[m][seed] for seed in sorted(runs[m])] for m in order if m in runs}
             for key, runs in found.items()}
 

@@ -267,7 +267,7 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-residual-bits 0 --dqt-overhang 2"),
                           "--dqt-overhang needs --dqt-residual-bits");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-overhang 2"),
-                          "--dqt-overhang 2 with --dqt-residual-bits 8 does not fit");
+                          "--dqt-overhang 2 with --dqt-residual-bits 6 does not fit");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --dqt-residual-bits 6 --dqt-overhang 2"),
                           "does not fit the residual's byte");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --dqt-overhang 1"),
@@ -339,7 +339,8 @@ TEST(Cli, DqtRunsStartFromTheirRecipe) {
     };
     const nlohmann::json tuned = trained_config("tuned", "--method dqt");
     EXPECT_EQ(tuned.at("method").at("scale_rule"), "learned");
-    EXPECT_EQ(tuned.at("method").at("residual_bits"), 8);
+    EXPECT_EQ(tuned.at("method").at("residual_bits"), 6);
+    EXPECT_EQ(tuned.at("method").at("residual_overhang"), 1);
     EXPECT_FLOAT_EQ(tuned.at("beta1").get<float>(), 0.9f);
     EXPECT_FLOAT_EQ(tuned.at("lr").get<float>(), 3e-3f);
     EXPECT_FLOAT_EQ(tuned.at("min_lr_ratio").get<float>(), 0.0f);
@@ -355,7 +356,8 @@ TEST(Cli, DqtRunsStartFromTheirRecipe) {
     EXPECT_EQ(mixed.at("method").at("scale_rule"), "reference");
     EXPECT_FLOAT_EQ(mixed.at("lr").get<float>(), 0.01f);
     EXPECT_FLOAT_EQ(mixed.at("min_lr_ratio").get<float>(), 0.0f);
-    EXPECT_EQ(mixed.at("method").at("residual_bits"), 8);
+    EXPECT_EQ(mixed.at("method").at("residual_bits"), 6);
+    EXPECT_EQ(mixed.at("method").at("residual_overhang"), 1);
 
     const nlohmann::json lean = trained_config("lean", "--method dqt --dqt-residual-bits 0");
     EXPECT_EQ(lean.at("method").at("residual_bits"), 0);
@@ -363,6 +365,9 @@ TEST(Cli, DqtRunsStartFromTheirRecipe) {
     const nlohmann::json overhang = trained_config("overhang", "--method dqt --dqt-residual-bits 6 --dqt-overhang 1");
     EXPECT_EQ(overhang.at("method").at("residual_bits"), 6);
     EXPECT_EQ(overhang.at("method").at("residual_overhang"), 1);
+    const nlohmann::json byte = trained_config("byte", "--method dqt --dqt-residual-bits 8");
+    EXPECT_EQ(byte.at("method").at("residual_bits"), 8);
+    EXPECT_FALSE(byte.at("method").contains("residual_overhang"));
     const nlohmann::json eight = trained_config("eight", "--method dqt --bits 8");
     EXPECT_EQ(eight.at("method").at("residual_bits"), 0);
 

@@ -13,7 +13,7 @@ DqtRecipe parse_dqt_recipe(const std::string& name) {
 const char* dqt_recipe_name(DqtRecipe recipe) { return recipe == DqtRecipe::tuned ? "tuned" : "reference"; }
 
 DqtRecipeSettings dqt_recipe_settings(DqtRecipe recipe) {
-    if (recipe == DqtRecipe::tuned) return {ScaleRule::learned, 8, 0, 0.9f, 3e-3f, 0.0f};
+    if (recipe == DqtRecipe::tuned) return {ScaleRule::learned, 6, 1, 0.9f, 3e-3f, 0.0f};
     const TrainOptions common;
     return {ScaleRule::reference, 0, 0, common.adam.beta1, common.lr, common.min_lr_ratio};
 }
@@ -23,7 +23,10 @@ void apply_dqt_recipe(DqtRecipe recipe, const ExplicitSettings& given, MethodCon
     const DqtRecipeSettings settings = dqt_recipe_settings(recipe);
     if (!given.scale_rule) method.scale_rule = settings.scale_rule;
     if (!method.grid.ternary()) return;
-    if (!given.residual_bits) method.residual_bits = settings.ternary_residual_bits;
+    // The overhang belongs to the recipe's residual: with residual bits of the user's own (8
+    // leaves no room in the byte, 0 has no fine position) it stays the user's, or none.
+    if (given.residual_bits) return;
+    method.residual_bits = settings.ternary_residual_bits;
     if (!given.overhang) method.residual_overhang = settings.ternary_overhang;
 }
 
