@@ -6,7 +6,7 @@
 //              ternary codes a 6-bit sub-grid residual that may run one grid step past the
 //              outer codes (overhang 1: one byte a weight of optimizer state). On the
 //              reproduction setup (with --init-std 0.04, the grid's best for every method) it
-//              ends +0.6% of bitnet's best on SOTU and 0.2-1.0% ahead of bitnet on two texts
+//              ends +0.3% of bitnet's best on SOTU and 0.2-1.0% ahead of bitnet on two texts
 //              no tuning saw (two seeds' mean), where the 8-bit residual without overhang, the
 //              recipe before it, trailed by about 2%; +13.3% without any residual. (Before the
 //              grid, the recipe was beta1 0.98 without a residual: +9.2%.)
