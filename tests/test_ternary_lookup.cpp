@@ -1,0 +1,144 @@
+// The 1.67-bit lookup layout (kernels/ternary_lookup.h): its packing read back weight by
+// weight, its documented bytes, and the AVX-512 kernel against the slow reference on fresh
+// random shapes, ragged ones and the largest sums included.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ternary_lookup.h"
+
+namespace dqt {
+namespace {
+
+bool have_avx512_bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
+
+std::vector<int8_t> random_codes(std::mt19937& rng, size_t count) {
+    std::uniform_int_distribution<int> pick(-1, 1);
+    std::vector<int8_t> q(count);
+    for (auto& v : q) v = static_cast<int8_t>(pick(rng));
+    return q;
+}
+
+std::vector<int8_t> random_activations(std::mt19937& rng, size_t count) {
+    std::uniform_int_distribution<int> pick(-128, 127);
+    std::vector<int8_t> a(count);
+    for (auto& v : a) v = static_cast<int8_t>(pick(rng));
+    return a;
+}
+
+// Every tile through the kernel, then compared with the reference row by row.
+void expect_kernel_matches_reference(const TernaryLookupMatrix& w, const std::vector<int8_t>& a) {
+    std::vector<int16_t> tables(ternary_lookup_table_entries(w));
+    ternary_lookup_tables(w, a.data(), tables.data());
+    std::vector<int32_t> dots(w.rows, 0x7eadbeef);
+    ternary_lookup_dots_avx512(w, tables.data(), 0, w.tiles(), dots.data());
+    std::vector<int64_t> expected(w.rows);
+    ternary_lookup_dots_reference(w, a.data(), expected.data());
+    for (int r = 0; r < w.rows; ++r) ASSERT_EQ(dots[r], expected[r]) << w.rows << "x" << w.cols << " row " << r;
+}
+
+TEST(TernaryLookup, PackedCodesRoundTripIncludingRaggedShapes) {
+    std::mt19937 rng(21);
+    for (int rows : {1, 31, 32, 33, 70})
+        for (int cols : {1, 2, 5, 6, 7, 256, 2561}) {
+            const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+            const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), rows, cols, 0.5f);
+            EXPECT_EQ(w.triples % 2, 0);
+            EXPECT_GE(3 * w.triples, cols);
+            EXPECT_LT(3 * w.triples, cols + 6);
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < cols; ++c)
+                    ASSERT_EQ(ternary_lookup_code_at(w, r, c), q[static_cast<size_t>(r) * cols + c]) << rows << "x" << cols;
+            // The padding holds zero weights, so it adds nothing to a product.
+            for (int r = 0; r < rows; ++r)
+                for (int c = cols; c < 3 * w.triples; ++c) ASSERT_EQ(ternary_lookup_code_at(w, r, c), 0);
+        }
+}
+
+TEST(TernaryLookup, LayoutIsTheDocumentedOne) {
+    // Row 5 of a 40-row matrix (tile 0, lane 5) and row 33 (tile 1, lane 1); 12 columns, so
+    // four triples in two pairs of 40 bytes a tile.
+    std::vector<int8_t> q(40 * 12, 0);
+    q[5 * 12 + 0] = 1;     // triple 0 of row 5: (1, 0, 0): v = 22, index 9, sign clear
+    q[5 * 12 + 5] = 1;     // triple 1 of row 5: (0, 0, 1): v = 14, index 1
+    q[33 * 12 + 6] = -1;   // triple 2 of row 33: (-1, 1, 0): v = 0 + 6 + 1 = 7, index 6, negated
+    q[33 * 12 + 7] = 1;
+    const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), 40, 12, 1.0f);
+    ASSERT_EQ(w.triples, 4);
+    ASSERT_EQ(w.tile_bytes(), 80u);
+    const uint8_t* tile0 = w.packed.data();
+    EXPECT_EQ(tile0[5], 9 | (1 << 4));
+    EXPECT_EQ(tile0[32] | tile0[33] | tile0[34] | tile0[35] | tile0[36] | tile0[37], 0);  // no sign set in pair 0
+    const uint8_t* tile1_pair1 = w.packed.data() + 80 + 40;
+    EXPECT_EQ(tile1_pair1[1], 6);
+    EXPECT_EQ(tile1_pair1[32], 1 << 1);  // even triple's sign word, bit of lane 1
+    EXPECT_EQ(tile1_pair1[36], 0);
+    // Every other byte holds the zero triple (index 0, no sign).
+    int nonzero = 0;
+    for (size_t i = 0; i < w.packed.size(); ++i) nonzero += w.packed.data()[i] != 0;
+    EXPECT_EQ(nonzero, 3);
+}
+
+TEST(TernaryLookup, KernelMatchesReferenceOnRandomShapes) {
+    if (!have_avx512_bw()) GTEST_SKIP() << "no AVX-512 BW here";
+    std::mt19937 rng(22);
+    for (int rows : {1, 17, 32, 45, 96})
+        for (int cols : {1, 3, 4, 6, 250, 257, 2560}) {
+            const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+            const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), rows, cols, 1.0f);
+            expect_kernel_matches_reference(w, random_activations(rng, cols));
+        }
+}
+
+TEST(TernaryLookup, LargestSumsStayExactAcrossTheWidening) {
+    if (!have_avx512_bw()) GTEST_SKIP() << "no AVX-512 BW here";
+    // Every weight +1 against -128, and alternating signs against +-128 and 127: each 16-bit
+    // accumulator meets its bound of 40 pairs before widening, many times over (6,912 columns,
+    // the 2B model's widest row, 1,152 pairs).
+    const int rows = 40, cols = 6912;
+    std::vector<int8_t> ones(static_cast<size_t>(rows) * cols, 1);
+    std::vector<int8_t> lowest(cols, -128);
+    expect_kernel_matches_reference(pack_ternary_lookup(ones.data(), rows, cols, 1.0f), lowest);
+    std::vector<int8_t> alternating_q(static_cast<size_t>(rows) * cols), alternating_a(cols);
+    for (size_t i = 0; i < alternating_q.size(); ++i) alternating_q[i] = (i % 2 == 0) ? 1 : -1;
+    for (int c = 0; c < cols; ++c) alternating_a[c] = (c % 2 == 0) ? 127 : -128;
+    expect_kernel_matches_reference(pack_ternary_lookup(alternating_q.data(), rows, cols, 1.0f), alternating_a);
+}
+
+TEST(TernaryLookup, TileRangesWriteOnlyTheirRows) {
+    if (!have_avx512_bw()) GTEST_SKIP() << "no AVX-512 BW here";
+    std::mt19937 rng(23);
+    const int rows = 100, cols = 300;
+    const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+    const auto a = random_activations(rng, cols);
+    const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), rows, cols, 1.0f);
+    std::vector<int16_t> tables(ternary_lookup_table_entries(w));
+    ternary_lookup_tables(w, a.data(), tables.data());
+    std::vector<int32_t> dots(rows, -1);
+    ternary_lookup_dots_avx512(w, tables.data(), 1, 3, dots.data());  // rows 32 to 95
+    std::vector<int64_t> expected(rows);
+    ternary_lookup_dots_reference(w, a.data(), expected.data());
+    for (int r = 0; r < rows; ++r) {
+        if (r >= 32 && r < 96)
+            ASSERT_EQ(dots[r], expected[r]) << r;
+        else
+            ASSERT_EQ(dots[r], -1) << r;
+    }
+}
+
+TEST(TernaryLookup, BadInputIsAnError) {
+    std::vector<int8_t> q = {0, 1, 2, -1};
+    EXPECT_THROW(pack_ternary_lookup(q.data(), 1, 4, 1.0f), Error);
+    if (!have_avx512_bw()) return;
+    q[2] = 0;
+    const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), 1, 4, 1.0f);
+    std::vector<int16_t> tables(ternary_lookup_table_entries(w), 0);
+    int32_t dot = 0;
+    EXPECT_THROW(ternary_lookup_dots_avx512(w, tables.data(), 0, 2, &dot), Error);
+    EXPECT_THROW(ternary_lookup_dots_avx512(w, tables.data(), 1, 0, &dot), Error);
+}
+
+}  // namespace
+}  // namespace dqt
