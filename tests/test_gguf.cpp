@@ -45,13 +45,6 @@ void write_all(const std::string& path, const std::string& bytes) {
     file << bytes;
 }
 
-std::vector<int8_t> random_codes(std::mt19937& rng, size_t count, int low, int high) {
-    std::uniform_int_distribution<int> pick(low, high);
-    std::vector<int8_t> codes(count);
-    for (auto& c : codes) c = static_cast<int8_t>(pick(rng));
-    return codes;
-}
-
 GgufWriter small_file() {
     GgufWriter out;
     out.set_string("general.architecture", "llama");
@@ -240,11 +233,11 @@ TEST(Gguf, BlockFormatsRoundTripCodes) {
     SCOPED_TRACE(dqt::testing::seed_trace(seed));
     std::mt19937 rng(static_cast<uint32_t>(seed));
     const int rows = 5, cols = 512;
-    auto ternary = random_codes(rng, static_cast<size_t>(rows) * cols, -1, 1);
+    auto ternary = dqt::testing::random_int8(rng, static_cast<size_t>(rows) * cols, -1, 1);
     std::fill(ternary.begin() + 256, ternary.begin() + 512, 0);  // an all-zero block
     EXPECT_EQ(decode_tq2_0(encode_tq2_0(ternary.data(), rows, cols).data(), rows, cols), ternary);
     EXPECT_EQ(decode_tq1_0(encode_tq1_0(ternary.data(), rows, cols).data(), rows, cols), ternary);
-    const auto bytes = random_codes(rng, static_cast<size_t>(rows) * cols, -128, 127);
+    const auto bytes = dqt::testing::random_int8(rng, static_cast<size_t>(rows) * cols, -128, 127);
     EXPECT_EQ(decode_q8_0_unit_scale(encode_q8_0_unit_scale(bytes.data(), rows, cols).data(), rows, cols, "t"), bytes);
 
     // TQ2_0's codes are the inference kernels' packed layout; d is 1, or 0 for the zero block.

@@ -264,4 +264,11 @@ LoadPeak inference_load_peak(const std::function<void()>& load) {
     return {after - before, memory_peak_bytes(MemCategory::weights) - after};
 }
 
+std::vector<int8_t> random_int8(std::mt19937& rng, size_t count, int low, int high) {
+    std::uniform_int_distribution<int> pick(low, high);
+    std::vector<int8_t> values(count);
+    for (auto& v : values) v = static_cast<int8_t>(pick(rng));
+    return values;
+}
+
 }  // namespace dqt::testing

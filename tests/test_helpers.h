@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -27,6 +29,9 @@ struct CommandResult {
     std::string output;  // stdout and stderr together
 };
 CommandResult run_command(const std::string& command_line);
+
+// count values drawn uniformly from [low, high] (int8 codes, activations).
+std::vector<int8_t> random_int8(std::mt19937& rng, size_t count, int low, int high);
 
 // Writes `documents` small .txt files of simple, learnable English-like text into folder.
 void write_tiny_corpus(const std::string& folder, int documents);

@@ -24,10 +24,7 @@ namespace {
 constexpr IntegerIsa kAllIsas[] = {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni};
 
 std::vector<int8_t> random_codes(std::mt19937& rng, size_t count, int low = -128, int high = 127) {
-    std::uniform_int_distribution<int> pick(low, high);
-    std::vector<int8_t> q(count);
-    for (auto& v : q) v = static_cast<int8_t>(pick(rng));
-    return q;
+    return testing::random_int8(rng, count, low, high);
 }
 
 std::vector<float> random_floats(std::mt19937& rng, size_t count) {

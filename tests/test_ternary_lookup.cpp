@@ -8,24 +8,17 @@
 
 #include "core/error.h"
 #include "kernels/ternary_lookup.h"
+#include "test_helpers.h"
 
 namespace dqt {
 namespace {
 
 bool have_avx512_bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
 
-std::vector<int8_t> random_codes(std::mt19937& rng, size_t count) {
-    std::uniform_int_distribution<int> pick(-1, 1);
-    std::vector<int8_t> q(count);
-    for (auto& v : q) v = static_cast<int8_t>(pick(rng));
-    return q;
-}
+std::vector<int8_t> random_codes(std::mt19937& rng, size_t count) { return testing::random_int8(rng, count, -1, 1); }
 
 std::vector<int8_t> random_activations(std::mt19937& rng, size_t count) {
-    std::uniform_int_distribution<int> pick(-128, 127);
-    std::vector<int8_t> a(count);
-    for (auto& v : a) v = static_cast<int8_t>(pick(rng));
-    return a;
+    return testing::random_int8(rng, count, -128, 127);
 }
 
 // Every tile through the kernel, then compared with the reference row by row.

@@ -16,12 +16,7 @@
 namespace dqt {
 namespace {
 
-std::vector<int8_t> random_codes(std::mt19937& rng, int count) {
-    std::uniform_int_distribution<int> pick(-1, 1);
-    std::vector<int8_t> q(count);
-    for (auto& v : q) v = static_cast<int8_t>(pick(rng));
-    return q;
-}
+std::vector<int8_t> random_codes(std::mt19937& rng, int count) { return testing::random_int8(rng, count, -1, 1); }
 
 std::vector<float> random_rows(std::mt19937& rng, int count) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
