@@ -1,9 +1,12 @@
 #include "kernels/read_bandwidth.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/vecmath.h"
@@ -38,8 +41,21 @@ DQT_MEASURING_LOOP uint64_t sum_words(const uint64_t* words, size_t count) {
 
 }  // namespace
 
+ReadBandwidth::ReadBandwidth(size_t words, int sweeps) : words_(words), sweeps_(sweeps) {
+    constexpr size_t kHugePageBytes = size_t{2} << 20;
+    const size_t bytes = words * sizeof(uint64_t);
+    void* memory = nullptr;
+    if (posix_memalign(&memory, kHugePageBytes, bytes) != 0)
+        throw Error("out of memory allocating the " + std::to_string(bytes) + "-byte bandwidth buffer");
+    data_.reset(static_cast<uint64_t*>(memory));
+    madvise(memory, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);  // a hint, before the first touch
+    std::fill(data_.get(), data_.get() + words, uint64_t{1});
+}
+
+void ReadBandwidth::Free::operator()(uint64_t* words) const { std::free(words); }
+
 ReadBandwidth::ReadBandwidth(uint64_t cache_bytes)
-    : words_(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t), 1) {}
+    : ReadBandwidth(static_cast<size_t>(std::max<uint64_t>(uint64_t{512} << 20, 4 * cache_bytes) / sizeof(uint64_t)), 1) {}
 
 ReadBandwidth ReadBandwidth::over_exactly(uint64_t bytes) {
     const uint64_t words = std::max<uint64_t>(1, bytes / sizeof(uint64_t));
@@ -53,16 +69,16 @@ void ReadBandwidth::measure_pass() {
     uint64_t sum = 0;
 #pragma omp parallel reduction(+ : sum)
     {
-        const size_t count = words_.size(), threads = static_cast<size_t>(omp_get_num_threads());
+        const size_t count = words_, threads = static_cast<size_t>(omp_get_num_threads());
         const size_t share = (count + threads - 1) / threads;
         const size_t first = std::min(count, share * static_cast<size_t>(omp_get_thread_num()));
         for (int sweep = 0; sweep < sweeps_; ++sweep) {
-            sum += sum_words(words_.data() + first, std::min(share, count - first));
+            sum += sum_words(data_.get() + first, std::min(share, count - first));
             asm volatile("" ::: "memory");  // each sweep reads the words again: no call is merged
         }
     }
     best_seconds_ = std::min(best_seconds_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    require(sum == words_.size() * static_cast<uint64_t>(sweeps_), "bandwidth pass lost data");  // keeps the sum from being optimised away
+    require(sum == words_ * static_cast<uint64_t>(sweeps_), "bandwidth pass lost data");  // keeps the sum from being optimised away
 }
 
 }  // namespace dqt
