@@ -192,6 +192,17 @@ def run_arm(arm, budget, corpus, size, seed, dqt, built_from, nice, head_flags, 
     return name, record
 
 
+def arm_label(record):
+    """An arm's name; a recipe record also names the residual its binary ran (the recipe changed
+    on 2026-11-28, and records before it keep no method_config)."""
+    if record["arm"] != "recipe":
+        return record["arm"]
+    ran = record["phases"][-1].get("method_config")
+    if not ran:
+        return "recipe (8-bit residual)"
+    return f"recipe ({ran['residual_bits']}-bit residual, overhang {ran['residual_overhang']})"
+
+
 def report(records, grid_records):
     print("| arm | corpus | seed | budget | runs (steps) | final val loss | against the same method's best grid run | "
           "against bitnet's best run |")
@@ -217,7 +228,7 @@ def report(records, grid_records):
             best = best_of(method, r["budget"], r["corpus"], r["size"], r["seed"], with_arms)
             cells.append("none yet" if best is None or r["val_loss"] is None else
                          f"{best:.4f} ({100 * (r['val_loss'] / best - 1):+.1f}%)")
-        print(f"| {r['arm']} | {r['corpus']} | {r['seed']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
+        print(f"| {arm_label(r)} | {r['corpus']} | {r['seed']} | {r['budget']} | {runs} | {final} | {cells[0]} | {cells[1]} |")
     timed = [r for r in records.values() if r.get("beside")]
     if timed:
         print("\nSide by side with bitnet at its best point (one thread each, started together):\n")
@@ -228,7 +239,7 @@ def report(records, grid_records):
         gap = (f"{100 * (r['val_loss'] / b['val_loss'] - 1):+.1f}%" if r["val_loss"] and b["val_loss"] else "")
         ratio = (f"{r['median_step_seconds'] / b['median_step_seconds']:.3f}"
                  if r["median_step_seconds"] and b["median_step_seconds"] else "")
-        print(f"| {r['arm']} | {r['corpus']} | {r['size']} | {r['seed']} | {r['budget']} | {grid.loss_text(r)} | "
+        print(f"| {arm_label(r)} | {r['corpus']} | {r['size']} | {r['seed']} | {r['budget']} | {grid.loss_text(r)} | "
               f"{grid.loss_text(b)} | {gap} | "
               f"{r['median_step_seconds']:.3f} | {b['median_step_seconds']:.3f} | {ratio} |")
 

@@ -238,6 +238,9 @@ def summarize(run, out, elapsed, built_from, pinned):
     if not ended and not diverged:
         return None
     middle = [l["step_seconds"] for l in train if 0.25 * run.steps <= l["step"] <= 0.95 * run.steps]
+    config = out / "config.json"
+    # What the binary ran, as its own config says: a recipe's residual changes with the commit.
+    method_config = json.loads(config.read_text())["method"] if config.exists() else None
     return {
         "name": run.name, "stage": run.stage, "method": run.method, "point": run.point,
         "corpus": run.corpus, "size": run.size, "seed": run.seed, "steps": run.steps,
@@ -246,6 +249,7 @@ def summarize(run, out, elapsed, built_from, pinned):
         "train": [[l["step"], round(l["loss"], 5)] for l in train if l["step"] % 50 == 0],
         "median_step_seconds": statistics.median(middle) if middle else None,
         "wall_seconds": round(elapsed, 1), "commit": built_from, "flags": run.flags(pinned),
+        "method_config": method_config,
     }
 
 
@@ -353,15 +357,17 @@ def best_runs(records, directions):
         row = "bitnet" if [run["point"]] == bitnet_best else "bitnet (another point, beside an arm)"
         add(row, run["corpus"], run["size"], run["seed"], run, point_name(run["point"]))
 
-    # Every "recipe" record ran the recipe of its day, the 8-bit residual: the recipe since
-    # 2026-11-28 is residual6-h1's settings.
+    # A "recipe" record ran the recipe of its day: the 8-bit residual until 2026-11-28 (those
+    # records keep no method_config), residual6-h1's settings since.
     arm_rows = {"recipe": ("dqt-1.58 (8-bit residual)", "the recipe until 2026-11-28: grid best + 8-bit residual"),
                 "residual6-h1": ("dqt-1.58 (residual6-h1)", "the recipe since 2026-11-28: grid best + 6-bit residual, overhang 1")}
     for r in directions:
         if r["budget"] != "full":
             continue
-        if r["arm"] in arm_rows:
-            add(*arm_rows[r["arm"]][:1], r["corpus"], r["size"], r["seed"], r, arm_rows[r["arm"]][1])
+        ran = r["phases"][-1].get("method_config") or {}
+        arm = "residual6-h1" if (ran.get("residual_bits"), ran.get("residual_overhang")) == (6, 1) else r["arm"]
+        if arm in arm_rows:
+            add(*arm_rows[arm][:1], r["corpus"], r["size"], r["seed"], r, arm_rows[arm][1])
         if r["arm"] == "bitnet-full-best":
             add_bitnet(r["phases"][-1])
         if r.get("beside"):
