@@ -470,6 +470,13 @@ struct ConvertedFile {
     std::string tokenizer;  // "spm" (no dummy prefix) or "llama" (LLaMA's: a dummy prefix, runs of spaces)
     int dim;
     bool tied;
+    // Tokens per llama.cpp evaluation of the random windows (0: a window in one batch). On an
+    // Intel Xeon with AMX (family 6 model 207), where node-llama-cpp loads its prebuilt
+    // "sapphirerapids" CPU library, llama.cpp returns NaN logits at every position of the tiny
+    // Q8_0 file (rows of one 32-wide block) in batches of 32 tokens or more, finite ones up to
+    // 31, and the same to the bit in batches of 8 and 16; the 256-wide Q8_0 file is unaffected.
+    // (Its AMX Q8_0 kernels are the likely cause, not confirmed.)
+    int sequence_chunk = 0;
 };
 
 // How far dqt (fp32 activations, the dequantized weights) may be from llama.cpp on the same
@@ -516,7 +523,7 @@ TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
                                       ConvertedFile{"gauss-q8_0", 7, false, "spm", 256, false},
                                       ConvertedFile{"ternary-tq1_0", 36, true, "spm", 256, true},
                                       ConvertedFile{"ternary-tq2_0", 37, true, "spm", 256, true},
-                                      ConvertedFile{"tiny-q8_0", 7, false, "llama", 32, true}}) {
+                                      ConvertedFile{"tiny-q8_0", 7, false, "llama", 32, true, 16}}) {
         SCOPED_TRACE(file.name);
         const auto ids = expected.at(file.tokenizer).get<std::vector<std::vector<int32_t>>>();
         const std::string gguf = kConverted + file.name + ".gguf";
@@ -540,12 +547,12 @@ TEST(LlamaCppInterop, LlamaCppConvertedGgufsRunTheSameInDqt) {
         std::vector<std::vector<int32_t>> inputs, targets;
         random_windows(c.vocab_size, c.seq_len, inputs, targets);
         const std::vector<std::vector<int32_t>> prompts = {ids[0], ids[3]};
-        const nlohmann::json response = run_llamacpp(
-            // Room beyond the windows: a full context makes node-llama-cpp shift it before the
-            // last position's logits.
-            {{"model", gguf}, {"threads", 1}, {"context", 2 * c.seq_len}, {"prompts", prompts},
-             {"greedy_tokens", kGreedyTokens}, {"sequences", inputs}, {"texts", texts}},
-            dir.path.string());
+        // Room beyond the windows: a full context makes node-llama-cpp shift it before the last
+        // position's logits.
+        nlohmann::json request = {{"model", gguf}, {"threads", 1}, {"context", 2 * c.seq_len}, {"prompts", prompts},
+                                  {"greedy_tokens", kGreedyTokens}, {"sequences", inputs}, {"texts", texts}};
+        if (file.sequence_chunk > 0) request["sequence_chunk"] = file.sequence_chunk;
+        const nlohmann::json response = run_llamacpp(request, dir.path.string());
         EXPECT_EQ(response["model"]["file_type"].get<uint32_t>(), file.file_type);
         // llama.cpp's BOS and end-of-generation tokens are dqt's (the converter wrote <s> 1, </s> 2).
         EXPECT_EQ(response["model"]["end_of_generation"].get<std::vector<int32_t>>(), imported.special.end_of_generation);

@@ -6,6 +6,7 @@
 // REQUEST: {"model": path, "threads": n, "context": n, "kv_cache": "F32" (default) or "F16",
 //           "prompts": [[ids...], ...], "greedy_tokens": n,      -> "prompts": [{"logits", "greedy"}]
 //           "sequences": [[ids...], ...],                          -> "sequences": [[logits at every position]]
+//           "sequence_chunk": n (optional: evaluate sequences n tokens at a time, not in one batch)
 //           "texts": ["...", ...],                                 -> "tokenized": [[ids...], ...]
 //           "bench": {"prompt_tokens": [ids...], "decode_tokens": n, "repeats": n}}  (optional)
 // Always -> "vocab" and "model": what llama.cpp made of the file: "description" (llama_model_desc:
@@ -42,15 +43,21 @@ async function lastLogits(ids) {
     return dense;
 }
 
-// Logits (vocab) after every position of ids, from one batch.
-async function allLogits(ids) {
+// Logits (vocab) after every position of ids, from one batch or from batches of `chunk` tokens
+// (the sequence's cache carries over between them).
+async function allLogits(ids, chunk) {
     await sequence.clearHistory();
-    const result = await sequence.controlledEvaluate(ids.map((id) => [id, {generateNext: {logits: true}}]));
-    return result.map((item) => {
-        const dense = new Array(vocab).fill(null);
-        for (const [token, logit] of item.next.logits) dense[token] = logit;
-        return dense;
-    });
+    const rows = [];
+    for (let first = 0; first < ids.length; first += chunk) {
+        const part = ids.slice(first, first + chunk);
+        const result = await sequence.controlledEvaluate(part.map((id) => [id, {generateNext: {logits: true}}]));
+        for (const item of result) {
+            const dense = new Array(vocab).fill(null);
+            for (const [token, logit] of item.next.logits) dense[token] = logit;
+            rows.push(dense);
+        }
+    }
+    return rows;
 }
 
 async function greedy(ids, count) {
@@ -72,7 +79,8 @@ const response = {
     prompts: [], sequences: [], tokenized: []};
 for (const ids of request.prompts ?? [])
     response.prompts.push({logits: await lastLogits(ids), greedy: await greedy(ids, request.greedy_tokens ?? 0)});
-for (const ids of request.sequences ?? []) response.sequences.push(await allLogits(ids));
+for (const ids of request.sequences ?? [])
+    response.sequences.push(await allLogits(ids, request.sequence_chunk ?? ids.length));
 for (const text of request.texts ?? []) response.tokenized.push(Array.from(model.tokenize(text)));
 
 if (request.bench) {
