@@ -197,10 +197,8 @@ def arm_label(record):
     on 2026-11-28, and records before it keep no method_config)."""
     if record["arm"] != "recipe":
         return record["arm"]
-    ran = record["phases"][-1].get("method_config")
-    if not ran:
-        return "recipe (8-bit residual)"
-    return f"recipe ({ran['residual_bits']}-bit residual, overhang {ran['residual_overhang']})"
+    ran = grid.ran_residual(record)
+    return f"recipe ({ran[0]}-bit residual, overhang {ran[1]})" if ran else "recipe (8-bit residual)"
 
 
 def report(records, grid_records):

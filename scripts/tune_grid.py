@@ -332,6 +332,13 @@ def load_direction_records():
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def ran_residual(direction):
+    """(residual bits, overhang) that a gap_directions.py record's binary ran, from the run's own
+    config; None for records before 2026-11-28, which keep no method_config."""
+    ran = direction["phases"][-1].get("method_config")
+    return (ran.get("residual_bits"), ran.get("residual_overhang")) if ran else None
+
+
 def best_runs(records, directions):
     """Each method's best settings, run by run: {(corpus, size): {row: [run, ...] by seed}}, a
     run being {seed, val_loss, diverged_at, median_step_seconds, settings}. dqt 8-bit: its best
@@ -364,8 +371,7 @@ def best_runs(records, directions):
     for r in directions:
         if r["budget"] != "full":
             continue
-        ran = r["phases"][-1].get("method_config") or {}
-        arm = "residual6-h1" if (ran.get("residual_bits"), ran.get("residual_overhang")) == (6, 1) else r["arm"]
+        arm = "residual6-h1" if ran_residual(r) == (6, 1) else r["arm"]
         if arm in arm_rows:
             add(*arm_rows[arm][:1], r["corpus"], r["size"], r["seed"], r, arm_rows[arm][1])
         if r["arm"] == "bitnet-full-best":
