@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (CI runs it after the plain suite):
 #   address  build-asan: GCC with AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite
+#            but the learning checks LossFallsBelowUnigram
 #            (the dqt binary the CLI tests run is built the same way)
 #   thread   build-tsan: clang with ThreadSanitizer, the tests that run threaded kernels,
 #            training and inference at 1 and 2 threads; OpenMP's own synchronisation is made
@@ -18,7 +19,12 @@ run_address() {
     { tail -30 build-asan/build.log; echo "check_sanitized: the ASan build failed (build-asan/build.log)" >&2; return 1; }
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   local asan=check_initialization_order=1:strict_init_order=1
-  ASAN_OPTIONS="$asan:detect_leaks=1" ctest --test-dir build-asan --output-on-failure -j"$jobs" -E '^DataParallelRun\.'
+  # Not the LossFallsBelowUnigram runs: they check learning, not memory, and took about 15 of the
+  # 51 minutes of this phase on an Intel Xeon (docs/reliability.md); each method's training code
+  # still runs under ASan in ResumeReproducesUninterruptedRunBitForBit, and every test runs in
+  # the plain suite.
+  ASAN_OPTIONS="$asan:detect_leaks=1" ctest --test-dir build-asan --output-on-failure -j"$jobs" \
+    -E '^DataParallelRun\.|^Methods/TrainMethod\.LossFallsBelowUnigram/'
   # The mpirun tests without leak checks: Open MPI leaves allocations of its plugins at exit, from
   # libraries it has already unloaded, so no suppression can name them. dqt's own code runs the
   # same paths on one rank above, with leak checks.
