@@ -5,6 +5,7 @@
 #include "core/parallel.h"
 #include "model/ternary_convert.h"
 #include "infer/generate.h"
+#include "infer/ternary_layout.h"
 
 namespace dqt::cli {
 
@@ -18,6 +19,7 @@ struct GenerateArgs {
     bool ternary = false;
     std::string ternary_rule = "absmean";
     std::string kv_cache = "f32";
+    std::string ternary_layout = "auto";
     std::vector<std::string> stop;
 };
 }  // namespace
@@ -44,6 +46,7 @@ void add_generate_command(CLI::App& app) {
     command->add_flag("--ternary", args->ternary, "run with the quantized weights re-snapped to ternary");
     add_ternary_rule_flag(*command, args->ternary_rule);
     add_kv_cache_flag(*command, args->kv_cache);
+    add_ternary_layout_flag(*command, args->ternary_layout);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         args->sampling.validate();
@@ -56,6 +59,7 @@ void add_generate_command(CLI::App& app) {
         } else {
             loaded = load_inference_file(args->checkpoint);
         }
+        hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout));
         const InferenceModel& model = *loaded.model;
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, loaded.special, args->prompt, args->tokens, args->sampling,

@@ -7,6 +7,7 @@
 #include "model_files.h"
 #include "core/parallel.h"
 #include "infer/inference_model.h"
+#include "infer/ternary_layout.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
 
@@ -21,6 +22,8 @@ struct ServeArgs {
     int threads = 0;
     EngineOptions engine;
     std::string kv_cache = "f32";
+    // Not auto: the lookup layout's batches of 2-16 rows run 2-3x slower (infer/ternary_layout.h).
+    std::string ternary_layout = "2bit";
 };
 
 // The id clients name the model by: the file's name without its extension, or the run
@@ -52,6 +55,7 @@ void add_serve_command(CLI::App& app) {
         ->check(non_negative_whole_number())
         ->capture_default_str();
     add_kv_cache_flag(*command, args->kv_cache);
+    add_ternary_layout_flag(*command, args->ternary_layout);
     add_threads_flag(*command, args->threads);
     command->callback([args] {
         // SIGINT and SIGTERM end the server from a thread of their own (stop() is not
@@ -65,6 +69,7 @@ void add_serve_command(CLI::App& app) {
         set_num_threads(args->threads);
         args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
         const InferenceFile loaded = load_inference_file(args->model);
+        hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout));
         const InferenceModel& model = *loaded.model;
         Engine engine(model, *loaded.tokenizer, args->engine);
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;

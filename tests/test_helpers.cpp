@@ -191,6 +191,11 @@ void expect_same_linear(const InferenceLinear& a, const InferenceLinear& b, cons
             ASSERT_EQ(a.ternary.packed.bytes(), b.ternary.packed.bytes());
             EXPECT_EQ(0, std::memcmp(a.ternary.packed.data(), b.ternary.packed.data(), a.ternary.packed.bytes()));
             break;
+        case LinearFormat::ternary_lookup:
+            EXPECT_EQ(std::bit_cast<uint32_t>(a.lookup.gamma), std::bit_cast<uint32_t>(b.lookup.gamma));
+            ASSERT_EQ(a.lookup.packed.bytes(), b.lookup.packed.bytes());
+            EXPECT_EQ(0, std::memcmp(a.lookup.packed.data(), b.lookup.packed.data(), a.lookup.packed.bytes()));
+            break;
         case LinearFormat::int8:
             EXPECT_EQ(std::bit_cast<uint32_t>(a.int8.scale), std::bit_cast<uint32_t>(b.int8.scale));
             ASSERT_EQ(a.int8.values.bytes(), b.int8.values.bytes());

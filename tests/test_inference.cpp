@@ -20,6 +20,7 @@
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
+#include "infer/ternary_layout.h"
 #include "model/llama.h"
 #include "test_helpers.h"
 
@@ -294,6 +295,63 @@ TEST(Inference, LogitsDoNotDependOnTheThreadCount) {
             EXPECT_EQ(one, three);
         }
     }
+}
+
+// A ternary model held in the lookup layout (infer/ternary_layout.h) gives the 2-bit layout's
+// logits bit for bit: prompts of 12 and 5 rows, and batches of two decodes, at 1, 2 and 3
+// threads (the lookup tiles of 32 rows cut across the threads' row shares); `auto` keeps one of
+// the two; models without ternary linears are left alone.
+TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
+    if (!ternary_lookup_supported()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
+    for (const Case& c : every_method()) {
+        const ModelConfig config = small_config(c.subln, c.kv_heads);
+        const int V = config.vocab_size, T = config.seq_len, prompt = 5;
+        ModelParameters parameters(config, c.method);
+        parameters.initialize(seed + 3);
+        const std::vector<int32_t> tokens = random_tokens(seed + 3, T, V);
+        const InferenceModel two_bit(parameters);
+        InferenceModel lookup(parameters), fastest(parameters);
+        hold_ternary_layout(lookup, TernaryLayout::lookup);
+        const TernaryLayoutTiming timing = hold_ternary_layout(fastest, TernaryLayout::fastest);
+        const bool ternary = two_bit.layers[0].wq.format == LinearFormat::ternary;
+        EXPECT_EQ(lookup.layers[0].wq.format, ternary ? LinearFormat::ternary_lookup : two_bit.layers[0].wq.format)
+            << c.name;
+        EXPECT_EQ(lookup.head.format, two_bit.head.format == LinearFormat::ternary ? LinearFormat::ternary_lookup
+                                                                                   : two_bit.head.format)
+            << c.name;
+        EXPECT_EQ(timing.two_bit_seconds > 0, ternary) << c.name << ": auto measures exactly where there is a choice";
+        if (ternary) {
+            EXPECT_LT(lookup.weight_bytes_per_token(), two_bit.weight_bytes_per_token()) << c.name;
+        }
+        auto run_all = [&](const InferenceModel& model) {
+            // The whole sequence at once: more than 8 rows, the lookup layout's unpacked-codes path.
+            InferenceSession whole(model, T, KvCacheType::f32);
+            const float* logits = whole.run(tokens.data(), T, LogitRows::all);
+            std::vector<float> all(logits, logits + static_cast<size_t>(T) * V);
+            InferenceSession session(model, T, KvCacheType::f32), other(model, T, KvCacheType::f32);
+            logits = session.run(tokens.data(), prompt, LogitRows::all);
+            all.insert(all.end(), logits, logits + static_cast<size_t>(prompt) * V);
+            other.run(tokens.data() + 1, 2, LogitRows::last);
+            for (int t = prompt; t < T; ++t) {
+                const int32_t next[2] = {tokens[t], tokens[t - 1]};
+                std::vector<InferenceSession*> both = {&session, &other};
+                logits = InferenceSession::run_batch(both, next);
+                all.insert(all.end(), logits, logits + 2 * V);
+            }
+            return all;
+        };
+        for (int threads : {1, 2, 3}) {
+            dqt::testing::with_threads(threads, [&] {
+                const std::vector<float> expected = run_all(two_bit);
+                EXPECT_EQ(run_all(lookup), expected) << c.name << ", " << threads << " threads";
+                EXPECT_EQ(run_all(fastest), expected) << c.name << ", " << threads << " threads, auto";
+            });
+        }
+    }
+    EXPECT_THROW(parse_ternary_layout("1.6bit"), Error);
+    EXPECT_EQ(parse_ternary_layout("auto"), TernaryLayout::fastest);
 }
 
 TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {

@@ -1,12 +1,16 @@
 // The 1.67-bit lookup layout (kernels/ternary_lookup.h): its packing read back weight by
-// weight, its documented bytes, and the AVX-512 kernel against the slow reference on fresh
-// random shapes, ragged ones and the largest sums included.
+// weight, its documented bytes, the AVX-512 kernel, the tile unpacking and the whole product
+// (one row and many, any row range) against the slow references on fresh random shapes, ragged
+// ones and the largest sums included, and the product's bits against the 2-bit layout's.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/integer_isa.h"
 #include "kernels/ternary_lookup.h"
 #include "test_helpers.h"
 
@@ -14,6 +18,10 @@ namespace dqt {
 namespace {
 
 bool have_avx512_bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
+// What ternary_lookup_matmul_rows needs.
+bool have_lookup_product() {
+    return integer_isa_supported(IntegerIsa::avx512_vnni) && __builtin_cpu_supports("avx512vl");
+}
 
 std::vector<int8_t> random_codes(std::mt19937& rng, size_t count) { return testing::random_int8(rng, count, -1, 1); }
 
@@ -131,6 +139,100 @@ TEST(TernaryLookup, BadInputIsAnError) {
     int32_t dot = 0;
     EXPECT_THROW(ternary_lookup_dots_avx512(w, tables.data(), 0, 2, &dot), Error);
     EXPECT_THROW(ternary_lookup_dots_avx512(w, tables.data(), 1, 0, &dot), Error);
+}
+
+
+TEST(TernaryLookup, UnpackedTilesHoldEachWeightsCode) {
+    if (!have_lookup_product()) GTEST_SKIP() << "no AVX-512 BW and VL here";
+    std::mt19937 rng(24);
+    for (auto [rows, cols] : {std::pair{32, 6}, {45, 301}, {70, 2560}}) {
+        const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+        const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), rows, cols, 1.0f);
+        const size_t stride = 40;  // wider than a tile: the bytes past 32 are left alone
+        for (int t = 0; t < w.tiles(); ++t) {
+            std::vector<int8_t> codes(static_cast<size_t>(3) * w.triples * stride, 99);
+            ternary_lookup_unpack_tile(w, t, codes.data(), stride);
+            for (int c = 0; c < 3 * w.triples; ++c)
+                for (int lane = 0; lane < 40; ++lane) {
+                    const int r = t * kLookupTileRows + lane;
+                    const int8_t expected = lane >= kLookupTileRows ? 99
+                                            : r < rows && c < cols  ? q[static_cast<size_t>(r) * cols + c]
+                                                                    : 0;
+                    ASSERT_EQ(codes[c * stride + lane], expected) << rows << "x" << cols << " tile " << t << " col " << c;
+                }
+        }
+    }
+}
+
+// Float activations quantized as inference quantizes them (kernels/int8_rows.h).
+Int8Rows random_activation_rows(std::mt19937& rng, int rows, int cols) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(rows) * cols);
+    for (float& v : x) v = normal(rng);
+    Int8Rows a;
+    quantize_rows_int8(x.data(), rows, cols, a);
+    return a;
+}
+
+TEST(TernaryLookup, ProductMatchesReferenceForOneAndManyRowsAndAnyRowRange) {
+    if (!have_lookup_product()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
+    std::mt19937 rng(25);
+    for (auto [rows, cols] : {std::pair{1, 1}, {33, 7}, {100, 300}, {300, 2561}})
+        for (int activation_rows : {1, 2, 5, 40}) {
+            const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+            const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), rows, cols, 0.037f);
+            const Int8Rows x = random_activation_rows(rng, activation_rows, cols);
+            std::vector<float> expected(static_cast<size_t>(activation_rows) * rows);
+            ternary_lookup_matmul_reference(w, x, expected.data());
+            std::vector<float> whole(expected.size(), -1.0f);
+            ternary_lookup_matmul_rows(w, x, whole.data(), 0, rows);
+            ASSERT_EQ(whole, expected) << rows << "x" << cols << ", " << activation_rows << " rows";
+            // A range that starts and ends inside tiles writes its rows and no others.
+            const int begin = rows / 3, end = rows - rows / 4;
+            std::vector<float> part(expected.size(), -1.0f);
+            ternary_lookup_matmul_rows(w, x, part.data(), begin, end);
+            for (int r = 0; r < activation_rows; ++r)
+                for (int o = 0; o < rows; ++o) {
+                    const size_t i = static_cast<size_t>(r) * rows + o;
+                    ASSERT_EQ(part[i], o >= begin && o < end ? expected[i] : -1.0f) << "row " << r << " column " << o;
+                }
+        }
+}
+
+TEST(TernaryLookup, SameWeightsAndSameBitsAsTheTwoBitLayout) {
+    if (!have_lookup_product()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
+    std::mt19937 rng(26);
+    const int rows = 96, cols = 2560 + 512;
+    const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+    const TernaryMatrix two_bit = pack_ternary(q.data(), rows, cols, 0.02f);
+    const TernaryLookupMatrix from_codes = pack_ternary_lookup(q.data(), rows, cols, 0.02f);
+    const TernaryLookupMatrix from_two_bit = pack_ternary_lookup(two_bit);
+    ASSERT_EQ(from_two_bit.packed.size(), from_codes.packed.size());
+    EXPECT_EQ(std::memcmp(from_two_bit.packed.data(), from_codes.packed.data(), from_codes.packed.size()), 0);
+    EXPECT_EQ(from_two_bit.gamma, two_bit.gamma);
+    for (int activation_rows : {1, 3, 128}) {
+        const Int8Rows x = random_activation_rows(rng, activation_rows, cols);
+        std::vector<float> expected(static_cast<size_t>(activation_rows) * rows), got(expected.size());
+        ternary_matmul_rows(two_bit, x, expected.data(), 0, rows, best_integer_isa());
+        ternary_lookup_matmul_rows(from_two_bit, x, got.data(), 0, rows);
+        EXPECT_EQ(got, expected) << activation_rows << " rows";
+    }
+}
+
+TEST(TernaryLookup, ProductRefusesOtherShapesAndRanges) {
+    if (!have_lookup_product()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
+    std::mt19937 rng(27);
+    const auto q = random_codes(rng, 40 * 12);
+    const TernaryLookupMatrix w = pack_ternary_lookup(q.data(), 40, 12, 1.0f);
+    std::vector<float> out(2 * 40);
+    EXPECT_THROW(ternary_lookup_matmul_rows(w, random_activation_rows(rng, 2, 13), out.data(), 0, 40), Error);
+    const Int8Rows x = random_activation_rows(rng, 2, 12);
+    EXPECT_THROW(ternary_lookup_matmul_rows(w, x, out.data(), 0, 41), Error);
+    EXPECT_THROW(ternary_lookup_matmul_rows(w, x, out.data(), 20, 10), Error);
+    EXPECT_THROW(ternary_lookup_matmul_rows(w, x, out.data(), -1, 10), Error);
+    std::vector<int8_t> codes(3 * w.triples * 32);
+    EXPECT_THROW(ternary_lookup_unpack_tile(w, 2, codes.data(), 32), Error);
+    EXPECT_THROW(ternary_lookup_unpack_tile(w, 0, codes.data(), 16), Error);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "data/synthetic_bpe.h"
 #include "export/gguf_model.h"
 #include "io/gguf.h"
+#include "infer/ternary_layout.h"
 #include "infer/inference_model.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
@@ -45,6 +46,7 @@ struct BenchGenerateArgs {
     std::string preset = "154m";  // its shape (bench_model_config)
     std::string keep_dir;         // where its GGUF file is kept; empty: a temporary folder
     std::string kv_cache = "f32";
+    std::string ternary_layout = "auto";
     std::string float_type = "f32";  // GGUF type of the random model's fp matrices (embedding, head)
     int prompt_tokens = 128;
     int decode_tokens = 64;
@@ -211,6 +213,7 @@ void add_bench_generate_command(CLI::App& bench) {
         ->check(positive_whole_number())
         ->capture_default_str();
     add_kv_cache_flag(*command, args->kv_cache);
+    add_ternary_layout_flag(*command, args->ternary_layout);
     command->add_flag("--no-llama-cpp", args->skip_llamacpp, "measure dqt only");
     command->add_option("--llama-cpp-script", args->llamacpp_script, "tools/llamacpp/interop.mjs of this checkout");
     add_bench_preset_flag(*command, args->preset);
@@ -255,7 +258,9 @@ void add_bench_generate_command(CLI::App& bench) {
             options.floats = args->float_type == "f16" ? GgufFloatFormat::f16 : GgufFloatFormat::f32;
             export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
-        const InferenceModel model(*open_gguf(gguf).tensors);
+        InferenceModel model(*open_gguf(gguf).tensors);
+        const TernaryLayoutTiming layout_timing =
+            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout));
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
@@ -275,6 +280,11 @@ void add_bench_generate_command(CLI::App& bench) {
                                                          static_cast<double>(model.weight_bytes_per_token()), kv_bytes,
                                                          bandwidth, regime);
         dqt_record["kernels"] = model.kernels_label();
+        dqt_record["ternary_layout"] = args->ternary_layout;
+        if (layout_timing.two_bit_seconds > 0) {  // what auto measured at load
+            dqt_record["layout_pass_seconds_2bit"] = layout_timing.two_bit_seconds;
+            dqt_record["layout_pass_seconds_lookup"] = layout_timing.lookup_seconds;
+        }
         dqt_record["prompt_tokens_per_second"] = dqt_speed.prompt_tokens_per_second;
         dqt_record["decode_tokens_per_second"] = dqt_speed.decode_tokens_per_second;
         nlohmann::json record = {
@@ -331,6 +341,11 @@ void add_bench_generate_command(CLI::App& bench) {
             }
         };
         line("dqt", record["dqt"]);
+        std::printf("  dqt kernels: %s", model.kernels_label().c_str());
+        if (layout_timing.two_bit_seconds > 0)
+            std::printf(" (--ternary-layout auto timed every ternary product once at load: 2-bit %.1f ms, lookup %.1f ms)",
+                        1e3 * layout_timing.two_bit_seconds, 1e3 * layout_timing.lookup_seconds);
+        std::printf("\n");
         if (record.contains("llama_cpp")) {
             line("llama.cpp", record["llama_cpp"]);
             std::printf("  dqt / llama.cpp: decode %.2fx, prompt %.2fx\n", record["decode_ratio_dqt_over_llama_cpp"].get<double>(),

@@ -106,6 +106,7 @@ size_t InferenceLinear::weight_bytes() const {
         case LinearFormat::dense: return static_cast<size_t>(rows) * cols * sizeof(float);
         case LinearFormat::half: return static_cast<size_t>(rows) * cols * sizeof(Float16);
         case LinearFormat::ternary: return ternary.packed.bytes();
+        case LinearFormat::ternary_lookup: return lookup.packed.bytes();
         case LinearFormat::int8: return int8.values.bytes();
     }
     return 0;
@@ -182,17 +183,20 @@ size_t InferenceModel::weight_bytes_per_token() const {
 }
 
 std::string InferenceModel::kernels_label() const {
-    bool ternary = false, int8 = false;
+    bool ternary = false, lookup = false, int8 = false;
     for (const InferenceLayer& layer : layers) {
         for (const InferenceLinear* linear : {&layer.wq, &layer.w_down}) {
             ternary |= linear->format == LinearFormat::ternary;
+            lookup |= linear->format == LinearFormat::ternary_lookup;
             int8 |= linear->format == LinearFormat::int8;
         }
     }
     ternary |= head.format == LinearFormat::ternary;
+    lookup |= head.format == LinearFormat::ternary_lookup;
     int8 |= head.format == LinearFormat::int8;
     std::string label;
     if (ternary) label = std::string("ternary ") + integer_isa_name(best_integer_isa());
+    if (lookup) label = std::string("ternary lookup ") + integer_isa_name(best_integer_isa());
     if (int8) label += std::string(label.empty() ? "" : ", ") + "int8 " + integer_isa_name(best_integer_isa());
     return label.empty() ? "none" : label;
 }

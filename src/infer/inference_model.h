@@ -4,6 +4,8 @@
 // checkpoint or GGUF file read straight into this model's layout. Every
 // linear is held in the form its products run in:
 //   ternary: packed 2-bit codes for the ternary x int8 kernels (bitnet; dqt at 1.58 bits);
+//   ternary_lookup: the same weights in the 1.67-bit lookup layout, where it decodes faster
+//            (infer/ternary_layout.h moves them there after the build);
 //   int8:    int8 codes for the int8 x int8 kernels (dqt at 2..8 bits);
 //   dense:   fp32, products by gemm (fp models; the fp32 ends of quantized ones);
 //   half:    the same where every value is an fp16 exactly (a model read from an F16 GGUF, as
@@ -21,13 +23,14 @@
 #include "core/float16.h"
 #include "core/memory.h"
 #include "kernels/int8_matmul.h"
+#include "kernels/ternary_lookup.h"
 #include "kernels/ternary_matmul.h"
 #include "model/parameters.h"
 #include "model/tensor_source.h"
 
 namespace dqt {
 
-enum class LinearFormat { dense, half, ternary, int8 };
+enum class LinearFormat { dense, half, ternary, ternary_lookup, int8 };
 
 struct InferenceLinear {
     LinearFormat format = LinearFormat::dense;
@@ -37,9 +40,12 @@ struct InferenceLinear {
     const Float16* halves = nullptr;  // (rows, cols), format half: owned_halves, or the tied embedding's
     Array<Float16> owned_halves;
     TernaryMatrix ternary;          // format ternary
+    TernaryLookupMatrix lookup;     // format ternary_lookup
     Int8Matrix int8;                // format int8
 
-    bool quantized() const { return format == LinearFormat::ternary || format == LinearFormat::int8; }
+    bool quantized() const {
+        return format == LinearFormat::ternary || format == LinearFormat::ternary_lookup || format == LinearFormat::int8;
+    }
     size_t weight_bytes() const;    // what one product reads
 };
 

@@ -156,6 +156,9 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
         case LinearFormat::ternary:
             ternary_matmul_rows(w.ternary, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;
+        case LinearFormat::ternary_lookup:
+            ternary_lookup_matmul_rows(w.lookup, *input.quantized, out, first_row, last_row);
+            return;
         case LinearFormat::int8:
             int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;

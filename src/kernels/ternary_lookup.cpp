@@ -1,14 +1,19 @@
-// The 1.67-bit lookup layout and its decode kernel; see kernels/ternary_lookup.h.
+// The 1.67-bit lookup layout, its decode kernel and its many-row product; see kernels/ternary_lookup.h.
 #include "kernels/ternary_lookup.h"
 
 #include <immintrin.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "kernels/integer_isa.h"
 
 namespace dqt {
 
@@ -27,14 +32,24 @@ TripleSlot triple_slot(int g) {
 }
 
 // Code k (0, 1, 2 for the first, second, third weight) of pattern v in [0, 27), in {-1, 0, 1}.
-int pattern_code(int v, int k) {
+constexpr int pattern_code(int v, int k) {
     const int place = k == 0 ? 9 : k == 1 ? 3 : 1;
     return v / place % 3 - 1;
 }
 
-}  // namespace
+// kTableCodes[k][i]: code k of table entry i, the pattern 13 + i (entries 14 and 15 zero), as
+// the tables and the unpacking index them.
+using TableCodes = std::array<std::array<int8_t, kLookupTableEntries>, 3>;
+constexpr TableCodes make_table_codes() {
+    TableCodes codes{};
+    for (int k = 0; k < 3; ++k)
+        for (int i = 0; i < 14; ++i) codes[k][i] = static_cast<int8_t>(pattern_code(kZeroTriple + i, k));
+    return codes;
+}
+constexpr TableCodes kTableCodes = make_table_codes();
 
-TernaryLookupMatrix pack_ternary_lookup(const int8_t* q, int rows, int cols, float gamma) {
+// A matrix of zero weights of the given shape (the packing ORs codes into it).
+TernaryLookupMatrix empty_lookup_matrix(int rows, int cols, float gamma) {
     if (rows < 0 || cols < 0) throw Error("pack_ternary_lookup: negative shape");
     TernaryLookupMatrix w;
     w.rows = rows;
@@ -42,22 +57,64 @@ TernaryLookupMatrix pack_ternary_lookup(const int8_t* q, int rows, int cols, flo
     w.triples = (cols + 5) / 6 * 2;
     w.gamma = gamma;
     w.packed = Array<uint8_t>(MemCategory::weights, static_cast<size_t>(w.tiles()) * w.tile_bytes());
-    for (int r = 0; r < rows; ++r) {
-        const int8_t* q_row = q + static_cast<size_t>(r) * cols;
-        uint8_t* tile = w.packed.data() + static_cast<size_t>(r / kLookupTileRows) * w.tile_bytes();
-        const int lane = r % kLookupTileRows;
-        for (int g = 0; g < w.triples; ++g) {
-            int v = 0;
-            for (int k = 0; k < 3; ++k) {
-                const int col = 3 * g + k;
-                const int code = col < cols ? q_row[col] : 0;
-                if (code < -1 || code > 1) throw Error("pack_ternary_lookup: code " + std::to_string(code) + " is not ternary");
-                v = 3 * v + code + 1;
+    return w;
+}
+
+// Row r's codes q_row (w.cols values) into its lane of its tile; dqt::Error for a code outside
+// {-1, 0, 1}.
+void pack_row(const int8_t* q_row, int r, TernaryLookupMatrix& w) {
+    uint8_t* tile = w.packed.data() + static_cast<size_t>(r / kLookupTileRows) * w.tile_bytes();
+    const int lane = r % kLookupTileRows;
+    for (int g = 0; g < w.triples; ++g) {
+        int v = 0;
+        for (int k = 0; k < 3; ++k) {
+            const int col = 3 * g + k;
+            const int code = col < w.cols ? q_row[col] : 0;
+            if (code < -1 || code > 1) throw Error("pack_ternary_lookup: code " + std::to_string(code) + " is not ternary");
+            v = 3 * v + code + 1;
+        }
+        const TripleSlot slot = triple_slot(g);
+        uint8_t* pair = tile + slot.pair_offset;
+        pair[lane] |= static_cast<uint8_t>(std::abs(v - kZeroTriple) << slot.nibble_shift);
+        if (v < kZeroTriple) pair[32 + 4 * slot.sign_word + lane / 8] |= static_cast<uint8_t>(1u << (lane % 8));
+    }
+}
+
+// Row r of a 2-bit matrix as codes q_row (w.cols values), byte by byte in its layout's order
+// (kernels/ternary_matmul.h: byte m of half h of a block holds weights 128h + 32n + m at bits 2n).
+void unpack_two_bit_row(const TernaryMatrix& w, int r, int8_t* q_row) {
+    const uint8_t* row = w.row(r);
+    for (size_t b = 0; b < w.row_bytes(); ++b) {
+        const int first = static_cast<int>(b / kTernaryBlockBytes) * kTernaryBlock + static_cast<int>(b % 64 / 32) * 128 +
+                          static_cast<int>(b % 32);
+        for (int n = 0; n < 4; ++n) {
+            const int col = first + 32 * n;
+            if (col < w.cols) q_row[col] = static_cast<int8_t>(((row[b] >> (2 * n)) & 3) - 1);
+        }
+    }
+}
+
+}  // namespace
+
+TernaryLookupMatrix pack_ternary_lookup(const int8_t* q, int rows, int cols, float gamma) {
+    TernaryLookupMatrix w = empty_lookup_matrix(rows, cols, gamma);
+    for (int r = 0; r < rows; ++r) pack_row(q + static_cast<size_t>(r) * cols, r, w);
+    return w;
+}
+
+TernaryLookupMatrix pack_ternary_lookup(const TernaryMatrix& two_bit) {
+    TernaryLookupMatrix w = empty_lookup_matrix(two_bit.rows, two_bit.cols, two_bit.gamma);
+    // Each tile's rows go to one thread (its lanes share bytes). The codes are ternary already
+    // (every reader of 2-bit codes refuses code 3), so pack_row does not throw in the region.
+#pragma omp parallel
+    {
+        std::vector<int8_t> q_row(static_cast<size_t>(w.cols));
+#pragma omp for schedule(static)
+        for (int t = 0; t < w.tiles(); ++t) {
+            for (int r = t * kLookupTileRows; r < std::min(w.rows, (t + 1) * kLookupTileRows); ++r) {
+                unpack_two_bit_row(two_bit, r, q_row.data());
+                pack_row(q_row.data(), r, w);
             }
-            const TripleSlot slot = triple_slot(g);
-            uint8_t* pair = tile + slot.pair_offset;
-            pair[lane] |= static_cast<uint8_t>(std::abs(v - kZeroTriple) << slot.nibble_shift);
-            if (v < kZeroTriple) pair[32 + 4 * slot.sign_word + lane / 8] |= static_cast<uint8_t>(1u << (lane % 8));
         }
     }
     return w;
@@ -80,17 +137,18 @@ size_t ternary_lookup_table_entries(const TernaryLookupMatrix& w) {
 }
 
 void ternary_lookup_tables(const TernaryLookupMatrix& w, const int8_t* a, int16_t* tables) {
-    std::memset(tables, 0, ternary_lookup_table_entries(w) * sizeof(int16_t));
+    // Entry i of triple g's table: the signed sum of pattern 13 + i's codes against a[3g, 3g + 3)
+    // (entries 14 and 15 have zero codes). Every decode product builds its row's tables, so the
+    // 16 entries are one loop over constant codes, which the compiler vectorizes.
+    std::memset(tables + static_cast<size_t>(w.triples) * kLookupTableEntries, 0,
+                2 * kLookupTableEntries * sizeof(int16_t));
     for (int g = 0; g < w.triples; ++g) {
-        int triple_a[3];
+        int16_t triple_a[3];
         for (int k = 0; k < 3; ++k) triple_a[k] = 3 * g + k < w.cols ? a[3 * g + k] : 0;
         int16_t* table = tables + static_cast<size_t>(g) * kLookupTableEntries;
-        // Pattern 13 + i for i in [0, 14): the codes of v, each weight's code in {-1, 0, 1}.
-        for (int i = 0; i < 14; ++i) {
-            const int v = kZeroTriple + i;
-            table[i] = static_cast<int16_t>(pattern_code(v, 0) * triple_a[0] + pattern_code(v, 1) * triple_a[1] +
-                                            pattern_code(v, 2) * triple_a[2]);
-        }
+        for (int i = 0; i < kLookupTableEntries; ++i)
+            table[i] = static_cast<int16_t>(kTableCodes[0][i] * triple_a[0] + kTableCodes[1][i] * triple_a[1] +
+                                            kTableCodes[2][i] * triple_a[2]);
     }
 }
 
@@ -165,6 +223,155 @@ void ternary_lookup_dots_reference(const TernaryLookupMatrix& w, const int8_t* a
         int64_t sum = 0;
         for (int c = 0; c < w.cols; ++c) sum += static_cast<int64_t>(ternary_lookup_code_at(w, r, c)) * a[c];
         dots[r] = sum;
+    }
+}
+
+namespace {
+
+// Up to this many activation rows go through lookups, more through the unpacked codes and
+// oneDNN: on an Intel Xeon with 2B-shaped matrices the lookups took 0.36-0.98x the GEMM's time
+// up to 8 rows, 1.02-1.09x at 12 (docs/results.md, "The lookup layout in the model").
+constexpr int kLookupMaxRows = 8;
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Tile t's codes into codes (3 * w.triples, stride), 32 bytes a row: per pair, each nibble picks
+// its triple's three codes from 16-byte tables (vpshufb), and the sign word negates its rows.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void unpack_tile(const TernaryLookupMatrix& w, int t,
+                                                                      int8_t* codes, size_t stride) {
+    const uint8_t* tile = w.packed.data() + static_cast<size_t>(t) * w.tile_bytes();
+    __m256i code_tables[3];
+    for (int k = 0; k < 3; ++k)
+        code_tables[k] =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTableCodes[k].data())));
+    const __m256i low_nibble = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    for (int j = 0; j < w.triples / 2; ++j) {
+        const uint8_t* pair = tile + static_cast<size_t>(j) * kLookupPairBytes;
+        const __m256i indices = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair));
+        const __m256i nibbles[2] = {_mm256_and_si256(indices, low_nibble),
+                                    _mm256_and_si256(_mm256_srli_epi16(indices, 4), low_nibble)};
+        for (int odd = 0; odd < 2; ++odd) {
+            uint32_t signs;
+            std::memcpy(&signs, pair + 32 + 4 * odd, 4);
+            for (int k = 0; k < 3; ++k) {
+                const __m256i code = _mm256_shuffle_epi8(code_tables[k], nibbles[odd]);
+                int8_t* code_row = codes + static_cast<size_t>(6 * j + 3 * odd + k) * stride;  // column 6j + 3 odd + k
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_row), _mm256_mask_sub_epi8(code, signs, zero, code));
+            }
+        }
+    }
+}
+
+#pragma GCC diagnostic pop
+
+// A few activation rows by lookups: each row's tables, then the tiles that hold rows
+// [row_begin, row_end) a chunk at a time, every row's lookups over a chunk before the next, so
+// the chunk is read from memory once.
+void lookup_rows(const TernaryLookupMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
+    constexpr int kChunkTiles = 8;
+    thread_local Array<int16_t> tables;  // (x.rows, table entries)
+    thread_local Array<int32_t> dots;    // (x.rows, w.rows), indexed by weight row
+    const size_t table_entries = ternary_lookup_table_entries(w);
+    const size_t rows = static_cast<size_t>(x.rows);
+    if (tables.size() < rows * table_entries) tables = Array<int16_t>(MemCategory::scratch, rows * table_entries);
+    if (dots.size() < rows * w.rows) dots = Array<int32_t>(MemCategory::scratch, rows * w.rows);
+    for (size_t r = 0; r < rows; ++r)
+        ternary_lookup_tables(w, x.row(static_cast<int>(r)), tables.data() + r * table_entries);
+    const int tile_end = (row_end + kLookupTileRows - 1) / kLookupTileRows;
+    for (int first = row_begin / kLookupTileRows; first < tile_end; first += kChunkTiles)
+        for (size_t r = 0; r < rows; ++r)
+            lookup_tiles(w, tables.data() + r * table_entries, first, std::min(tile_end, first + kChunkTiles),
+                         dots.data() + r * w.rows);
+    for (size_t r = 0; r < rows; ++r) {
+        const float factor = int8_output_factor(w.gamma, x.scales[r]);
+        const int32_t* dot_row = dots.data() + r * w.rows;
+        float* out_row = out + r * w.rows;
+        for (int o = row_begin; o < row_end; ++o) out_row[o] = factor * static_cast<float>(dot_row[o]);
+    }
+}
+
+// Many activation rows: tiles unpacked a few at a time, side by side, into int8 codes (K, N)
+// small enough to stay in L2, then sums (x.rows, N) = a . codes by oneDNN's int8 GEMM.
+void lookup_gemm_rows(const TernaryLookupMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
+    constexpr size_t kUnpackedBytes = 512 * 1024;
+    constexpr int kMaxChunkTiles = 8;
+    const size_t code_rows = static_cast<size_t>(3) * w.triples;
+    const int chunk_tiles =
+        static_cast<int>(std::clamp<size_t>(kUnpackedBytes / (code_rows * kLookupTileRows), 1, kMaxChunkTiles));
+    const int chunk_cols = chunk_tiles * kLookupTileRows;
+    thread_local Array<int8_t> codes;   // (3 * w.triples, chunk_cols)
+    thread_local Array<int32_t> sums;   // (x.rows, chunk_cols)
+    if (codes.size() < code_rows * chunk_cols) codes = Array<int8_t>(MemCategory::scratch, code_rows * chunk_cols);
+    const size_t sum_count = static_cast<size_t>(x.rows) * chunk_cols;
+    if (sums.size() < sum_count) sums = Array<int32_t>(MemCategory::scratch, sum_count);
+    const int tile_end = (row_end + kLookupTileRows - 1) / kLookupTileRows;
+    const int32_t no_offset = 0;
+    for (int first_tile = row_begin / kLookupTileRows; first_tile < tile_end; first_tile += chunk_tiles) {
+        const int tiles = std::min(chunk_tiles, tile_end - first_tile);
+        for (int i = 0; i < tiles; ++i)
+            unpack_tile(w, first_tile + i, codes.data() + static_cast<size_t>(i) * kLookupTileRows, chunk_cols);
+        const int n = tiles * kLookupTileRows;
+        const dnnl_status_t status =
+            dnnl_gemm_s8s8s32('N', 'N', 'F', x.rows, n, w.cols, 1.0f, x.values.data(), x.padded_cols, 0, codes.data(),
+                              chunk_cols, 0, 0.0f, sums.data(), chunk_cols, &no_offset);
+        if (status != dnnl_success) {
+            // Not an exception: this may run inside a parallel region, which one must not leave.
+            std::fprintf(stderr, "dqt: internal error: dnnl_gemm_s8s8s32 failed with status %d\n", static_cast<int>(status));
+            std::abort();
+        }
+        const int first_row = first_tile * kLookupTileRows;
+        const int o_begin = std::max(row_begin, first_row), o_end = std::min(row_end, first_row + n);
+        for (int r = 0; r < x.rows; ++r) {
+            const float factor = int8_output_factor(w.gamma, x.scales[r]);
+            const int32_t* sum_row = sums.data() + static_cast<size_t>(r) * chunk_cols;  // column o - first_row
+            float* out_row = out + static_cast<size_t>(r) * w.rows;
+            for (int o = o_begin; o < o_end; ++o) out_row[o] = factor * static_cast<float>(sum_row[o - first_row]);
+        }
+    }
+}
+
+}  // namespace
+
+void ternary_lookup_unpack_tile(const TernaryLookupMatrix& w, int tile, int8_t* codes, size_t codes_stride) {
+    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl"))
+        throw Error("ternary_lookup_unpack_tile: this CPU lacks AVX-512 BW and VL");
+    if (tile < 0 || tile >= w.tiles() || codes_stride < static_cast<size_t>(kLookupTileRows))
+        throw Error("ternary_lookup_unpack_tile: tile " + std::to_string(tile) + " of " + std::to_string(w.tiles()) +
+                    ", row stride " + std::to_string(codes_stride));
+    unpack_tile(w, tile, codes, codes_stride);
+}
+
+void ternary_lookup_matmul_rows(const TernaryLookupMatrix& w, const Int8Rows& x, float* out, int row_begin,
+                                int row_end) {
+    // Checked with if, not require(): the message would be built on every call.
+    if (x.cols != w.cols)
+        throw Error("ternary_lookup_matmul_rows: activations have " + std::to_string(x.cols) + " columns, weights " +
+                    std::to_string(w.cols));
+    if (row_begin < 0 || row_end > w.rows || row_begin > row_end)
+        throw Error("ternary_lookup_matmul_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+                    ") outside [0, " + std::to_string(w.rows) + ")");
+    if (!ternary_lookup_supported()) throw Error("ternary_lookup_matmul_rows: this CPU lacks AVX-512 VNNI and VL");
+    if (row_begin == row_end) return;
+    if (x.rows <= kLookupMaxRows)
+        lookup_rows(w, x, out, row_begin, row_end);
+    else
+        lookup_gemm_rows(w, x, out, row_begin, row_end);
+}
+
+bool ternary_lookup_supported() {
+    return integer_isa_supported(IntegerIsa::avx512_vnni) && __builtin_cpu_supports("avx512vl");
+}
+
+void ternary_lookup_matmul_reference(const TernaryLookupMatrix& w, const Int8Rows& x, float* out) {
+    require(x.cols == w.cols, "ternary_lookup_matmul_reference: shapes differ");
+    for (int r = 0; r < x.rows; ++r) {
+        for (int o = 0; o < w.rows; ++o) {
+            int64_t dot = 0;
+            for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(ternary_lookup_code_at(w, o, c)) * x.row(r)[c];
+            const float factor = int8_output_factor(w.gamma, x.scales[r]);
+            out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
+        }
     }
 }
 

@@ -16,13 +16,19 @@
 //
 // Why: decode reads every weight once a token, so its speed is bytes over bandwidth where the
 // arithmetic keeps up. Five trits a byte (TQ1_0, 1.6 bits) unpacked with 16-bit multiplies does
-// not keep up on AVX-512; these lookups nearly do. Not yet in the inference model: on a Zen 5
-// it decodes 1.0-1.3x the 2-bit layout, bound by its own arithmetic (build/bench_decode_stream;
-// docs/results.md, "Fewer bytes a token").
+// not keep up on AVX-512; these lookups nearly do, and on some CPUs outrun the 2-bit layout's
+// memory rate (build/bench_decode_stream; docs/results.md, "Fewer bytes a token"). The inference
+// model holds a ternary linear in this layout where it decodes faster (infer/ternary_layout.h).
+//
+// A product of many activation rows (a prompt, a batch of decodes) does not look up: each tile's
+// codes are unpacked once to int8, column-major (ternary_lookup_unpack_tile), for oneDNN's int8
+// GEMM, which every activation row then shares.
 #include <cstddef>
 #include <cstdint>
 
 #include "core/memory.h"
+#include "kernels/int8_rows.h"
+#include "kernels/ternary_matmul.h"
 
 namespace dqt {
 
@@ -44,6 +50,8 @@ struct TernaryLookupMatrix {
 
 // q (rows, cols), values in {-1, 0, 1}; dqt::Error for any other value.
 TernaryLookupMatrix pack_ternary_lookup(const int8_t* q, int rows, int cols, float gamma);
+// The same weights from the 2-bit layout (kernels/ternary_matmul.h), parallel over tiles.
+TernaryLookupMatrix pack_ternary_lookup(const TernaryMatrix& two_bit);
 // The code of one weight, read back from the layout.
 int ternary_lookup_code_at(const TernaryLookupMatrix& w, int row, int col);
 
@@ -58,5 +66,22 @@ void ternary_lookup_dots_avx512(const TernaryLookupMatrix& w, const int16_t* tab
                                 int32_t* dots);
 // The slow reference: weight by weight through ternary_lookup_code_at, int64 sums.
 void ternary_lookup_dots_reference(const TernaryLookupMatrix& w, const int8_t* a, int64_t* dots);
+
+// Tile t's codes as int8, column-major: codes (3 * w.triples, codes_stride), row c holding weight
+// column c of the tile's 32 rows in bytes [0, 32) (zeros past w.rows and w.cols). AVX-512 BW
+// and VL; dqt::Error without.
+void ternary_lookup_unpack_tile(const TernaryLookupMatrix& w, int tile, int8_t* codes, size_t codes_stride);
+
+// out (x.rows, w.rows) = x . W^T for weight rows [row_begin, row_end) only, on the calling
+// thread, as ternary_matmul_rows writes it (the same float epilogue over exact int32 sums, so
+// the same bits): one activation row by table lookups, more by unpacking tile by tile for
+// oneDNN's int8 GEMM. Needs AVX-512 VNNI (best_integer_isa()); dqt::Error without, for
+// x.cols != w.cols, or for a range outside [0, w.rows].
+void ternary_lookup_matmul_rows(const TernaryLookupMatrix& w, const Int8Rows& x, float* out, int row_begin,
+                                int row_end);
+// Whether this CPU runs ternary_lookup_matmul_rows.
+bool ternary_lookup_supported();
+// The slow reference of that product, weight by weight.
+void ternary_lookup_matmul_reference(const TernaryLookupMatrix& w, const Int8Rows& x, float* out);
 
 }  // namespace dqt
