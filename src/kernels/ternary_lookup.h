@@ -20,9 +20,9 @@
 // memory rate (build/bench_decode_stream; docs/results.md, "Fewer bytes a token"). The inference
 // model holds a ternary linear in this layout where it decodes faster (infer/ternary_layout.h).
 //
-// A product of many activation rows (a prompt, a batch of decodes) does not look up: each tile's
-// codes are unpacked once to int8, column-major (ternary_lookup_unpack_tile), for oneDNN's int8
-// GEMM, which every activation row then shares.
+// A product of more than 8 activation rows (a prompt, a large batch of decodes) does not look
+// up: each tile's codes are unpacked once to int8, column-major (ternary_lookup_unpack_tile), for
+// oneDNN's int8 GEMM, which every activation row then shares.
 #include <cstddef>
 #include <cstdint>
 
