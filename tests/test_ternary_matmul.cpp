@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/int8_matmul.h"
 #include "kernels/ternary_matmul.h"
 #include "kernels/ternary_tiles.h"
 #include "quant/codes.h"
@@ -108,6 +110,28 @@ TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
         const int rows = dim(rng), cols = dim(rng);
         const auto q = random_codes(rng, rows * cols);
         const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.031f);
+        const auto x = random_rows(rng, n * cols);
+        Int8Rows a;
+        quantize_rows_int8(x.data(), n, cols, a);
+        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
+        ternary_matmul_reference(w, a, expected.data());
+        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
+        for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+    }
+}
+
+// A prompt's many rows go to oneDNN's int8 GEMM over unpacked codes (where the int8 product's
+// rule sends them): ragged shapes, against the reference, bit for bit.
+TEST(TernaryMatmul, PromptSizedBatchesThroughOneDnnMatchTheReference) {
+    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    for (auto [rows, cols, n] : {std::tuple{300, 2600, 128}, {45, 7000, 40}, {1100, 1024, 300}}) {
+        ASSERT_TRUE(int8_matmul_uses_onednn(n, int8_padded_cols(cols), IntegerIsa::avx512_vnni)) << rows << "x" << cols;
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.029f);
         const auto x = random_rows(rng, n * cols);
         Int8Rows a;
         quantize_rows_int8(x.data(), n, cols, a);

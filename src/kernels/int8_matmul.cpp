@@ -80,18 +80,11 @@ void matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_beg
 // region oneDNN runs on the thread that calls it), then the same epilogue as the tile kernels.
 void onednn_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
     Array<int32_t> sums(MemCategory::scratch, static_cast<size_t>(x.rows) * kOneDnnWeightRowBlock);
-    const int32_t no_offset = 0;
     for (int first = row_begin; first < row_end; first += kOneDnnWeightRowBlock) {
         const int count = std::min(kOneDnnWeightRowBlock, row_end - first);
         // sums (x.rows, count) = a (x.rows, K) . q[first : first + count]^T, exact in int32.
-        const dnnl_status_t status =
-            dnnl_gemm_s8s8s32('N', 'T', 'F', x.rows, count, w.padded_cols, 1.0f, x.values.data(), x.padded_cols, 0,
-                              w.row(first), w.padded_cols, 0, 0.0f, sums.data(), count, &no_offset);
-        if (status != dnnl_success) {
-            // Not an exception: this may run inside a parallel region, which one must not leave.
-            std::fprintf(stderr, "dqt: internal error: dnnl_gemm_s8s8s32 failed with status %d\n", static_cast<int>(status));
-            std::abort();
-        }
+        int8_gemm_exact(true, x.rows, count, w.padded_cols, x.values.data(), x.padded_cols, w.row(first), w.padded_cols,
+                        sums.data(), count);
         for (int r = 0; r < x.rows; ++r) {
             const float factor = int8_output_factor(w.scale, x.scales[r]);
             float* out_row = out + static_cast<size_t>(r) * w.rows + first;
@@ -102,6 +95,17 @@ void onednn_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int row_beg
 }
 
 }  // namespace
+
+void int8_gemm_exact(bool b_transposed, int m, int n, int k, const int8_t* a, int lda, const int8_t* b, int ldb,
+                     int32_t* sums, int ldc) {
+    const int32_t no_offset = 0;
+    const dnnl_status_t status = dnnl_gemm_s8s8s32('N', b_transposed ? 'T' : 'N', 'F', m, n, k, 1.0f, a, lda, 0, b, ldb,
+                                                   0, 0.0f, sums, ldc, &no_offset);
+    if (status != dnnl_success) {
+        std::fprintf(stderr, "dqt: internal error: dnnl_gemm_s8s8s32 failed with status %d\n", static_cast<int>(status));
+        std::abort();
+    }
+}
 
 bool int8_matmul_uses_onednn(int activation_rows, int padded_cols, IntegerIsa isa) {
     return isa == IntegerIsa::avx512_vnni &&

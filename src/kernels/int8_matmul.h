@@ -62,6 +62,14 @@ void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int ro
 // Its outputs equal the tile kernels' bit for bit: the int32 sums are exact either way.
 bool int8_matmul_uses_onednn(int activation_rows, int padded_cols, IntegerIsa isa);
 
+// sums (m, n) = a (m, k) . B exactly in int32 by oneDNN's int8 GEMM (dnnl_gemm_s8s8s32), on the
+// calling thread: B is b (n, k) row-major when b_transposed, else b (k, n). Used by the int8 and
+// the ternary products (kernels/ternary_matmul.h, kernels/ternary_lookup.h) for many activation
+// rows. A oneDNN failure aborts with a message: this runs inside parallel regions, which an
+// exception must not leave.
+void int8_gemm_exact(bool b_transposed, int m, int n, int k, const int8_t* a, int lda, const int8_t* b, int ldb,
+                     int32_t* sums, int ldc);
+
 // The slow reference: weight by weight, int64 sums, the same float epilogue.
 void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out);
 

@@ -2,17 +2,16 @@
 #include "kernels/ternary_lookup.h"
 
 #include <immintrin.h>
-#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/int8_matmul.h"
 #include "kernels/integer_isa.h"
 
 namespace dqt {
@@ -306,20 +305,13 @@ void lookup_gemm_rows(const TernaryLookupMatrix& w, const Int8Rows& x, float* ou
     const size_t sum_count = static_cast<size_t>(x.rows) * chunk_cols;
     if (sums.size() < sum_count) sums = Array<int32_t>(MemCategory::scratch, sum_count);
     const int tile_end = (row_end + kLookupTileRows - 1) / kLookupTileRows;
-    const int32_t no_offset = 0;
     for (int first_tile = row_begin / kLookupTileRows; first_tile < tile_end; first_tile += chunk_tiles) {
         const int tiles = std::min(chunk_tiles, tile_end - first_tile);
         for (int i = 0; i < tiles; ++i)
             unpack_tile(w, first_tile + i, codes.data() + static_cast<size_t>(i) * kLookupTileRows, chunk_cols);
         const int n = tiles * kLookupTileRows;
-        const dnnl_status_t status =
-            dnnl_gemm_s8s8s32('N', 'N', 'F', x.rows, n, w.cols, 1.0f, x.values.data(), x.padded_cols, 0, codes.data(),
-                              chunk_cols, 0, 0.0f, sums.data(), chunk_cols, &no_offset);
-        if (status != dnnl_success) {
-            // Not an exception: this may run inside a parallel region, which one must not leave.
-            std::fprintf(stderr, "dqt: internal error: dnnl_gemm_s8s8s32 failed with status %d\n", static_cast<int>(status));
-            std::abort();
-        }
+        int8_gemm_exact(false, x.rows, n, w.cols, x.values.data(), x.padded_cols, codes.data(), chunk_cols, sums.data(),
+                        chunk_cols);
         const int first_row = first_tile * kLookupTileRows;
         const int o_begin = std::max(row_begin, first_row), o_end = std::min(row_end, first_row + n);
         for (int r = 0; r < x.rows; ++r) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/int8_matmul.h"
 #include "kernels/ternary_tiles.h"
 #include "kernels/vecmath.h"
 
@@ -27,6 +28,33 @@ TernaryTileKernel tile_kernel(IntegerIsa isa) {
         case IntegerIsa::scalar: break;
     }
     return ternary_tile_kernel_scalar();
+}
+
+// A prompt's many rows: weight rows unpacked to int8 a chunk at a time (small enough to stay in
+// L2), then oneDNN's int8 GEMM, which blocks the activation rows for the caches where the tile
+// kernels stream every row past each weight tile. Codes are q, not q + 1: no sum(a) to subtract.
+void onednn_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
+    constexpr size_t kUnpackedBytes = 512 * 1024;
+    const int chunk_rows = static_cast<int>(std::clamp<size_t>(kUnpackedBytes / w.padded_cols, 16, 512));
+    thread_local Array<int8_t> codes;  // (chunk_rows, w.padded_cols)
+    thread_local Array<int32_t> sums;  // (x.rows, chunk_rows)
+    const size_t code_count = static_cast<size_t>(chunk_rows) * w.padded_cols;
+    const size_t sum_count = static_cast<size_t>(x.rows) * chunk_rows;
+    if (codes.size() < code_count) codes = Array<int8_t>(MemCategory::scratch, code_count);
+    if (sums.size() < sum_count) sums = Array<int32_t>(MemCategory::scratch, sum_count);
+    for (int first = row_begin; first < row_end; first += chunk_rows) {
+        const int count = std::min(chunk_rows, row_end - first);
+        ternary_unpack_rows_avx2(w.packed.data(), w.row_bytes(), first, count, w.padded_cols / kTernaryBlock,
+                                 codes.data());
+        int8_gemm_exact(true, x.rows, count, w.padded_cols, x.values.data(), x.padded_cols, codes.data(),
+                        w.padded_cols, sums.data(), count);
+        for (int r = 0; r < x.rows; ++r) {
+            const float factor = int8_output_factor(w.gamma, x.scales[r]);
+            const int32_t* sum_row = sums.data() + static_cast<size_t>(r) * count;
+            float* out_row = out + static_cast<size_t>(r) * w.rows + first;
+            for (int i = 0; i < count; ++i) out_row[i] = factor * static_cast<float>(sum_row[i]);
+        }
+    }
 }
 
 }  // namespace
@@ -103,6 +131,10 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
         return;
     }
     const int blocks = w.padded_cols / kTernaryBlock;
+    if (x.rows > kSmallBatchMaxRows && int8_matmul_uses_onednn(x.rows, x.padded_cols, isa)) {
+        onednn_rows(w, x, out, row_begin, row_end);
+        return;
+    }
     if (x.rows == 1 && isa == IntegerIsa::avx2) {
         ternary_decode_rows_avx2(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
                                  int8_output_factor(w.gamma, x.scales[0]), blocks, out);

@@ -13,7 +13,9 @@
 // {0, 1, 2}. Rows are padded with zero weights to a multiple of 256 columns.
 //
 // The kernels multiply the unsigned codes q + 1 with the signed a (the form of AVX2's
-// maddubs and AVX-512 VNNI's dpbusd) and subtract sum(a) once per row.
+// maddubs and AVX-512 VNNI's dpbusd) and subtract sum(a) once per row. A prompt's many rows
+// (where kernels/int8_matmul.h's rule sends int8 rows to oneDNN) unpack the weights to int8 q
+// a chunk of rows at a time for oneDNN's int8 GEMM instead.
 #include <cstdint>
 #include <vector>
 

@@ -421,6 +421,28 @@ void run_tile(const uint8_t* const* w_rows, int w_count, const int8_t* const* a_
 
 }  // namespace
 
+__attribute__((target("avx2"))) void ternary_unpack_rows_avx2(const uint8_t* packed, size_t row_bytes, int first_row,
+                                                               int count, int blocks, int8_t* codes) {
+    // Byte m of half h of a block holds weights 128h + 32n + m at bits 2n as q + 1: one shift and
+    // mask per n gives 32 consecutive weights.
+    const __m256i two_bits = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int i = 0; i < count; ++i) {
+        const uint8_t* row = packed + static_cast<size_t>(first_row + i) * row_bytes;
+        int8_t* out = codes + static_cast<size_t>(i) * blocks * kTernaryBlock;
+        for (int b = 0; b < blocks; ++b)
+            for (int half = 0; half < 2; ++half) {
+                const __m256i bytes = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(row + static_cast<size_t>(b) * kTernaryBlockBytes + 32 * half));
+                for (int n = 0; n < 4; ++n) {
+                    const __m256i stored = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * n), two_bits);
+                    _mm256_storeu_si256(
+                        reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * kTernaryBlock + 128 * half + 32 * n),
+                        _mm256_sub_epi8(stored, one));
+                }
+            }
+    }
+}
+
 TernaryTileKernel ternary_tile_kernel_scalar() { return {tile_scalar, 4}; }
 
 // AVX2 has 16 vector registers: 4 weight rows x 2 activation rows of accumulators fit.
