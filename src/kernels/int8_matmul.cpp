@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/int8_tiles.h"
+#include "kernels/integer_matmul_reference.h"
 
 namespace dqt {
 
@@ -161,17 +162,8 @@ void int8_matmul_rows(const Int8Matrix& w, const Int8Rows& x, float* out, int ro
 }
 
 void int8_matmul_reference(const Int8Matrix& w, const Int8Rows& x, float* out) {
-    require(x.cols == w.cols, "int8_matmul_reference: activations have " + std::to_string(x.cols) +
-                                  " columns, weights " + std::to_string(w.cols));
-    for (int r = 0; r < x.rows; ++r) {
-        for (int o = 0; o < w.rows; ++o) {
-            int64_t dot = 0;
-            for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(w.row(o)[c]) * x.row(r)[c];
-            // The same float epilogue as the fast paths: the sums are exact, so all paths agree bit for bit.
-            const float factor = int8_output_factor(w.scale, x.scales[r]);
-            out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
-        }
-    }
+    integer_matmul_reference(
+        "int8_matmul_reference", w.rows, w.cols, w.scale, [&w](int o, int c) { return w.row(o)[c]; }, x, out);
 }
 
 }  // namespace dqt

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/int8_matmul.h"
 #include "kernels/integer_isa.h"
+#include "kernels/integer_matmul_reference.h"
 
 namespace dqt {
 
@@ -356,15 +357,9 @@ bool ternary_lookup_supported() {
 }
 
 void ternary_lookup_matmul_reference(const TernaryLookupMatrix& w, const Int8Rows& x, float* out) {
-    require(x.cols == w.cols, "ternary_lookup_matmul_reference: shapes differ");
-    for (int r = 0; r < x.rows; ++r) {
-        for (int o = 0; o < w.rows; ++o) {
-            int64_t dot = 0;
-            for (int c = 0; c < w.cols; ++c) dot += static_cast<int64_t>(ternary_lookup_code_at(w, o, c)) * x.row(r)[c];
-            const float factor = int8_output_factor(w.gamma, x.scales[r]);
-            out[static_cast<size_t>(r) * w.rows + o] = factor * static_cast<float>(dot);
-        }
-    }
+    integer_matmul_reference(
+        "ternary_lookup_matmul_reference", w.rows, w.cols, w.gamma,
+        [&w](int o, int c) { return ternary_lookup_code_at(w, o, c); }, x, out);
 }
 
 }  // namespace dqt
