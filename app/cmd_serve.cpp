@@ -22,8 +22,7 @@ struct ServeArgs {
     int threads = 0;
     EngineOptions engine;
     std::string kv_cache = "f32";
-    // Not auto: the lookup layout's batches of 2-16 rows run 2-3x slower (infer/ternary_layout.h).
-    std::string ternary_layout = "2bit";
+    std::string ternary_layout = "auto";
 };
 
 // The id clients name the model by: the file's name without its extension, or the run
@@ -69,7 +68,10 @@ void add_serve_command(CLI::App& app) {
         set_num_threads(args->threads);
         args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
         const InferenceFile loaded = load_inference_file(args->model);
-        hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout));
+        // A step decodes one row per live slot: auto times one row and a full batch.
+        const std::vector<TernaryLayoutTiming> layout_timing =
+            hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout), {1, args->engine.parallel});
+        if (!layout_timing.empty()) std::fprintf(stderr, "dqt serve: %s\n", describe_layout_timings(layout_timing).c_str());
         const InferenceModel& model = *loaded.model;
         Engine engine(model, *loaded.tokenizer, args->engine);
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;

@@ -17,7 +17,7 @@ void add_kv_cache_flag(CLI::App& command, std::string& type) {
 
 void add_ternary_layout_flag(CLI::App& command, std::string& layout) {
     command.add_option("--ternary-layout", layout,
-                       "ternary weights in memory: auto (the faster decode, timed on this model at load), "
+                       "ternary weights in memory: auto (the faster at this command's batch sizes, timed on this model at load), "
                        "2bit, or lookup (1.67 bits, AVX-512 VNNI); the logits are the same")
         ->check(CLI::IsMember({"auto", "2bit", "lookup"}))
         ->capture_default_str();

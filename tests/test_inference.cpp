@@ -299,8 +299,9 @@ TEST(Inference, LogitsDoNotDependOnTheThreadCount) {
 
 // A ternary model held in the lookup layout (infer/ternary_layout.h) gives the 2-bit layout's
 // logits bit for bit: prompts of 12 and 5 rows, and batches of two decodes, at 1, 2 and 3
-// threads (the lookup tiles of 32 rows cut across the threads' row shares); `auto` keeps one of
-// the two; models without ternary linears are left alone.
+// threads (the lookup tiles of 32 rows cut across the threads' row shares); `auto` times each
+// batch size asked for once and keeps the lookup layout only where it won at all of them;
+// models without ternary linears are left alone.
 TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
     if (!ternary_lookup_supported()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
     const uint64_t seed = test_seed();
@@ -313,15 +314,28 @@ TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
         const std::vector<int32_t> tokens = random_tokens(seed + 3, T, V);
         const InferenceModel two_bit(parameters);
         InferenceModel lookup(parameters), fastest(parameters);
-        hold_ternary_layout(lookup, TernaryLayout::lookup);
-        const TernaryLayoutTiming timing = hold_ternary_layout(fastest, TernaryLayout::fastest);
+        EXPECT_TRUE(hold_ternary_layout(lookup, TernaryLayout::lookup, {1}).empty()) << c.name;
+        const std::vector<TernaryLayoutTiming> timings = hold_ternary_layout(fastest, TernaryLayout::fastest, {4, 1, 4});
         const bool ternary = two_bit.layers[0].wq.format == LinearFormat::ternary;
         EXPECT_EQ(lookup.layers[0].wq.format, ternary ? LinearFormat::ternary_lookup : two_bit.layers[0].wq.format)
             << c.name;
         EXPECT_EQ(lookup.head.format, two_bit.head.format == LinearFormat::ternary ? LinearFormat::ternary_lookup
                                                                                    : two_bit.head.format)
             << c.name;
-        EXPECT_EQ(timing.two_bit_seconds > 0, ternary) << c.name << ": auto measures exactly where there is a choice";
+        EXPECT_EQ(!timings.empty(), ternary) << c.name << ": auto measures exactly where there is a choice";
+        if (ternary) {
+            // Each batch size timed once, smallest first; lookup kept only where it won at every one.
+            ASSERT_EQ(timings.size(), 2u) << c.name;
+            EXPECT_EQ(timings[0].rows, 1);
+            EXPECT_EQ(timings[1].rows, 4);
+            bool lookup_won_everywhere = true;
+            for (const TernaryLayoutTiming& timing : timings) {
+                EXPECT_GT(timing.two_bit_seconds, 0.0) << c.name;
+                EXPECT_GT(timing.lookup_seconds, 0.0) << c.name;
+                lookup_won_everywhere &= timing.lookup_seconds < kLookupWinMargin * timing.two_bit_seconds;
+            }
+            EXPECT_EQ(fastest.layers[0].wq.format == LinearFormat::ternary_lookup, lookup_won_everywhere) << c.name;
+        }
         if (ternary) {
             EXPECT_LT(lookup.weight_bytes_per_token(), two_bit.weight_bytes_per_token()) << c.name;
         }

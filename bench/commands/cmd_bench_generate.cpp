@@ -259,8 +259,8 @@ void add_bench_generate_command(CLI::App& bench) {
             export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
         InferenceModel model(*open_gguf(gguf).tensors);
-        const TernaryLayoutTiming layout_timing =
-            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout));
+        const std::vector<TernaryLayoutTiming> layout_timing =
+            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout), {1});
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
@@ -281,9 +281,9 @@ void add_bench_generate_command(CLI::App& bench) {
                                                          bandwidth, regime);
         dqt_record["kernels"] = model.kernels_label();
         dqt_record["ternary_layout"] = args->ternary_layout;
-        if (layout_timing.two_bit_seconds > 0) {  // what auto measured at load
-            dqt_record["layout_pass_seconds_2bit"] = layout_timing.two_bit_seconds;
-            dqt_record["layout_pass_seconds_lookup"] = layout_timing.lookup_seconds;
+        if (!layout_timing.empty()) {  // what auto measured at load, one decode row
+            dqt_record["layout_pass_seconds_2bit"] = layout_timing[0].two_bit_seconds;
+            dqt_record["layout_pass_seconds_lookup"] = layout_timing[0].lookup_seconds;
         }
         dqt_record["prompt_tokens_per_second"] = dqt_speed.prompt_tokens_per_second;
         dqt_record["decode_tokens_per_second"] = dqt_speed.decode_tokens_per_second;
@@ -342,9 +342,7 @@ void add_bench_generate_command(CLI::App& bench) {
         };
         line("dqt", record["dqt"]);
         std::printf("  dqt kernels: %s", model.kernels_label().c_str());
-        if (layout_timing.two_bit_seconds > 0)
-            std::printf(" (--ternary-layout auto timed every ternary product once at load: 2-bit %.1f ms, lookup %.1f ms)",
-                        1e3 * layout_timing.two_bit_seconds, 1e3 * layout_timing.lookup_seconds);
+        if (!layout_timing.empty()) std::printf(" (%s)", describe_layout_timings(layout_timing).c_str());
         std::printf("\n");
         if (record.contains("llama_cpp")) {
             line("llama.cpp", record["llama_cpp"]);

@@ -5,13 +5,13 @@
 // 17% fewer bytes pay where the 2-bit decode waits on memory and the lookups keep up with it;
 // where the weights sit in the cache, or on a CPU whose permutes are slow, the 2-bit decode is
 // faster (docs/results.md, "The lookup layout in the model"). Which one wins is measured on the
-// model itself: `fastest` times one decode-shaped product of every ternary linear in each
-// layout, at the run's thread count, and keeps the faster. Both layouts give the same logits to
-// the bit (exact integer sums, one float epilogue).
-//
-// Batches of 2 to 16 rows (dqt serve's decode steps) run 2-3x slower in the lookup layout than
-// in the 2-bit one's small-batch kernel, so the choice is for single-stream decoding.
+// model itself: `fastest` times one product of every ternary linear in each layout at each batch
+// size the command runs (one row for a single stream's decode; dqt serve's steps also batch up
+// to --parallel rows, where the lookup layout ran 2-3x slower than the 2-bit small-batch
+// kernel), at the run's thread count, and keeps the lookup layout only where it wins at all of
+// them. Both layouts give the same logits to the bit (exact integer sums, one float epilogue).
 #include <string>
+#include <vector>
 
 #include "infer/inference_model.h"
 
@@ -21,16 +21,28 @@ enum class TernaryLayout { two_bit, lookup, fastest };
 TernaryLayout parse_ternary_layout(const std::string& name);  // "2bit", "lookup", "auto"; dqt::Error otherwise
 const char* ternary_layout_name(TernaryLayout layout);
 
-// What `fastest` measured: seconds of one decode product of every ternary linear, best of three
-// passes alternated between the layouts; zero where nothing was measured.
+// `fastest` keeps the lookup layout only where it takes less than this share of the 2-bit
+// layout's time, so that timing noise does not flip a tie.
+inline constexpr double kLookupWinMargin = 0.98;
+
+// What `fastest` measured at one batch size: seconds of one product of every ternary linear with
+// `rows` activation rows, best of three passes alternated between the layouts.
 struct TernaryLayoutTiming {
+    int rows = 0;
     double two_bit_seconds = 0.0;
     double lookup_seconds = 0.0;
 };
 
 // Moves model's ternary linears to `layout` (two_bit leaves them; lookup frees the 2-bit codes).
-// A model without ternary linears is left alone, as is, for `fastest`, a CPU without the lookup
-// kernels; `lookup` there is a dqt::Error. While `fastest` measures, both layouts are held.
-TernaryLayoutTiming hold_ternary_layout(InferenceModel& model, TernaryLayout layout);
+// `fastest` times the layouts at each of batch_rows (each >= 1) and returns what it measured;
+// nothing is measured, and the result is empty, for the other layouts, a model without ternary
+// linears (left alone), or a CPU without the lookup kernels (left in 2 bits; `lookup` there is a
+// dqt::Error). While `fastest` measures, both layouts are held.
+std::vector<TernaryLayoutTiming> hold_ternary_layout(InferenceModel& model, TernaryLayout layout,
+                                                     const std::vector<int>& batch_rows);
+
+// For people: "--ternary-layout auto timed every ternary product at load: 1 row: 2-bit 41.2 ms,
+// lookup 45.6 ms; 4 rows: ...".
+std::string describe_layout_timings(const std::vector<TernaryLayoutTiming>& timings);
 
 }  // namespace dqt
