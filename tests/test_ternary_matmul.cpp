@@ -98,6 +98,21 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
     EXPECT_GE(paths_run, 24);  // at least the scalar path every trial
 }
 
+// Random codes (rows, cols) times n random activation rows on the AVX-512 VNNI path, against
+// the reference, bit for bit.
+void expect_vnni_product_exact(std::mt19937& rng, int rows, int cols, int n, float gamma) {
+    const auto q = random_codes(rng, rows * cols);
+    const TernaryMatrix w = pack_ternary(q.data(), rows, cols, gamma);
+    const auto x = random_rows(rng, n * cols);
+    Int8Rows a;
+    quantize_rows_int8(x.data(), n, cols, a);
+    std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
+    ternary_matmul_reference(w, a, expected.data());
+    ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+}
+
 // The small-batch kernel splits its rows into groups (1, 3 or 4 rows; kernels/ternary_tiles.cpp):
 // every row count it serves, so every split, against the reference.
 TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
@@ -108,16 +123,8 @@ TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
     std::uniform_int_distribution<int> dim(1, 600);
     for (int n = 1; n <= kSmallBatchMaxRows; ++n) {
         const int rows = dim(rng), cols = dim(rng);
-        const auto q = random_codes(rng, rows * cols);
-        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.031f);
-        const auto x = random_rows(rng, n * cols);
-        Int8Rows a;
-        quantize_rows_int8(x.data(), n, cols, a);
-        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
-        ternary_matmul_reference(w, a, expected.data());
-        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
-        for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+        expect_vnni_product_exact(rng, rows, cols, n, 0.031f);
+        if (::testing::Test::HasFatalFailure()) return;
     }
 }
 
@@ -130,16 +137,8 @@ TEST(TernaryMatmul, PromptSizedBatchesThroughOneDnnMatchTheReference) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     for (auto [rows, cols, n] : {std::tuple{300, 2600, 128}, {45, 7000, 40}, {1100, 1024, 300}}) {
         ASSERT_TRUE(int8_matmul_uses_onednn(n, int8_padded_cols(cols), IntegerIsa::avx512_vnni)) << rows << "x" << cols;
-        const auto q = random_codes(rng, rows * cols);
-        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.029f);
-        const auto x = random_rows(rng, n * cols);
-        Int8Rows a;
-        quantize_rows_int8(x.data(), n, cols, a);
-        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
-        ternary_matmul_reference(w, a, expected.data());
-        ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
-        for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+        expect_vnni_product_exact(rng, rows, cols, n, 0.029f);
+        if (::testing::Test::HasFatalFailure()) return;
     }
 }
 
