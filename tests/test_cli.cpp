@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -406,6 +408,27 @@ TEST(Cli, BenchMemoryTabulatesEveryCase) {
     }
     expect_one_line_error(run_dqt("bench memory --case nope --config " + (root / "tiny.json")),
                           "unknown memory case 'nope'");
+}
+
+// The bandwidth benchmark reads back each size asked for and the buffer beyond the cache (4x the
+// last-level cache, at least 512 MiB); sizes the machine cannot hold fail with one line.
+TEST(Cli, BenchBandwidthReadsBackEachSize) {
+    const CommandResult result = run_dqt("bench bandwidth --mib 1 3 --passes 1 --threads 1 --json");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const nlohmann::json record = nlohmann::json::parse(result.output);
+    const uint64_t cache = record["last_level_cache_bytes"].get<uint64_t>();
+    EXPECT_GE(record["beyond_cache_buffer_bytes"].get<uint64_t>(), std::max<uint64_t>(4 * cache, 512ull << 20));
+    EXPECT_GT(record["beyond_cache_gb_per_s"].get<double>(), 0.0);
+    ASSERT_EQ(record["sizes"].size(), 2u);
+    EXPECT_EQ(record["sizes"][0]["mib"], 1);
+    EXPECT_EQ(record["sizes"][1]["mib"], 3);
+    for (const auto& size : record["sizes"]) {
+        EXPECT_TRUE(std::isfinite(size["gb_per_s"].get<double>()) && size["gb_per_s"].get<double>() > 0.0) << size;
+        const double ratio = size["gb_per_s"].get<double>() / record["beyond_cache_gb_per_s"].get<double>();
+        EXPECT_NEAR(size["over_beyond_cache"].get<double>(), ratio, 1e-9 * ratio);
+    }
+    expect_one_line_error(run_dqt("bench bandwidth --mib 0"), "--mib");
+    expect_one_line_error(run_dqt("bench bandwidth --mib 100000000"), "more than half this machine's memory");
 }
 
 // Export a tied ternary run to GGUF, then evaluate and generate from the file; bad requests

@@ -1,6 +1,6 @@
 #pragma once
 // The `dqt bench` subcommands, kept apart from the app's everyday ones: each times one part of
-// dqt (training, memory, generation against llama.cpp, serving) and prints what it measured
+// dqt (training, memory, generation against llama.cpp, serving, the read bandwidth) and prints what it measured
 // beside its limit. They register on `dqt bench` (cmd_bench.cpp) and share the app's flags
 // (app/commands.h).
 #include <memory>
@@ -16,6 +16,7 @@ namespace dqt::cli {
 void add_bench_memory_command(CLI::App& bench);    // under `bench`
 void add_bench_generate_command(CLI::App& bench);  // under `bench`
 void add_bench_serve_command(CLI::App& bench);     // under `bench`
+void add_bench_bandwidth_command(CLI::App& bench); // under `bench`
 // The inference benchmarks' random model shapes: "154m" (the default) and "2b" (BitNet b1.58
 // 2B4T's blocks and vocabulary size); dqt::Error for another name (cmd_bench_generate.cpp).
 ModelConfig bench_model_config(const std::string& preset);

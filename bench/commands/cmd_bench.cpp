@@ -85,12 +85,13 @@ void add_bench_train_command(CLI::App& bench) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train, memory, generate");
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks (not tests): train, memory, generate, serve, bandwidth");
     bench->require_subcommand(1);
     add_bench_train_command(*bench);
     add_bench_memory_command(*bench);
     add_bench_generate_command(*bench);
     add_bench_serve_command(*bench);
+    add_bench_bandwidth_command(*bench);
 }
 
 }  // namespace dqt::cli
