@@ -2,12 +2,19 @@
 // Whether a model's bytes read per token (or per step) come from the last-level cache or from
 // memory: by the cache's size where sysfs gives it; where it does not (some VMs, whose CPUID
 // gives the whole package's L3 at best), measured: data of that size reading back at more than
-// 1.5x the rate beyond the cache sits in a cache. `dqt bench generate` and `bench serve`.
+// 1.5x the rate beyond the cache sits in a cache. `dqt bench generate`, `bench serve` and
+// `bench bandwidth`.
 #include <cstdint>
 
 #include "kernels/read_bandwidth.h"
 
 namespace dqt {
+
+// The best rate of `passes` passes over bandwidth's buffer, bytes/s.
+inline double best_read_rate(ReadBandwidth bandwidth, int passes) {
+    for (int pass = 0; pass < passes; ++pass) bandwidth.measure_pass();
+    return bandwidth.bytes_per_second();
+}
 
 struct CacheRegime {
     uint64_t cache_bytes;  // 0: unreadable
@@ -15,9 +22,7 @@ struct CacheRegime {
 
     bool holds(double bytes, double* measured_rate) const {
         if (cache_bytes > 0) return bytes <= static_cast<double>(cache_bytes);
-        ReadBandwidth at_size = ReadBandwidth::over_exactly(static_cast<uint64_t>(bytes));
-        for (int pass = 0; pass < 5; ++pass) at_size.measure_pass();
-        *measured_rate = at_size.bytes_per_second();
+        *measured_rate = best_read_rate(ReadBandwidth::over_exactly(static_cast<uint64_t>(bytes)), 5);
         return *measured_rate > 1.5 * bandwidth;
     }
 };

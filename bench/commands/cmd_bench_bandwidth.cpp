@@ -3,8 +3,6 @@
 // package's L3 (300 MiB on one Intel Xeon here) where the guest holds a much smaller share, and
 // some report nothing. Each size is read back by the same loop `bench generate` holds decode to
 // (kernels/read_bandwidth.h), with the run's threads, best of --passes.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -14,11 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_commands.h"
+#include "cache_regime.h"
 #include "commands.h"
 #include "core/cpu_cache.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/parallel.h"
-#include "kernels/read_bandwidth.h"
 
 namespace dqt::cli {
 
@@ -30,11 +29,6 @@ struct BenchBandwidthArgs {
     int threads = 0;
     bool json = false;
 };
-
-double best_rate(ReadBandwidth bandwidth, int passes) {
-    for (int pass = 0; pass < passes; ++pass) bandwidth.measure_pass();
-    return bandwidth.bytes_per_second();
-}
 
 }  // namespace
 
@@ -54,18 +48,17 @@ void add_bench_bandwidth_command(CLI::App& bench) {
         set_num_threads(args->threads);
         // Half the physical memory at most: the buffer is touched whole, and the rest of the
         // machine keeps running.
-        const double memory_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
         for (const int mib : args->mib)
-            require(mib * 1048576.0 <= memory_bytes / 2,
+            require(mib * 1048576.0 <= static_cast<double>(physical_memory_bytes()) / 2,
                     "--mib " + std::to_string(mib) + " is more than half this machine's memory");
         const uint64_t cache_bytes = last_level_cache_bytes();
         ReadBandwidth beyond(cache_bytes);
         const uint64_t beyond_bytes = beyond.buffer_bytes();
-        const double beyond_rate = best_rate(std::move(beyond), args->passes);
+        const double beyond_rate = best_read_rate(std::move(beyond), args->passes);
         nlohmann::json sizes = nlohmann::json::array();
         for (const int mib : args->mib) {
             const uint64_t bytes = static_cast<uint64_t>(mib) << 20;
-            const double rate = best_rate(ReadBandwidth::over_exactly(bytes), args->passes);
+            const double rate = best_read_rate(ReadBandwidth::over_exactly(bytes), args->passes);
             sizes.push_back({{"mib", mib}, {"gb_per_s", rate / 1e9}, {"over_beyond_cache", rate / beyond_rate}});
         }
         const nlohmann::json record = {{"bench", "bandwidth"},
