@@ -300,12 +300,9 @@ def report(records):
     print("| corpus | size | method | settings | val loss | seed spread | s/step | vs bitnet's best row |")
     print("|---|---|---|---|---|---|---|---|")
     best = best_runs(records, load_direction_records())
-    for corpus, size in [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]:
+    for corpus, size in CORPUS_SIZES:
         runs = best.get((corpus, size), {})
-        # Bitnet's best here: of its rows, the one with the lowest mean over its seeds.
-        bitnet_rows = [{r["seed"]: r["val_loss"] for r in runs[row] if r["val_loss"] is not None}
-                       for row in runs if row.startswith("bitnet")]
-        bitnet = min((b for b in bitnet_rows if b), key=lambda b: statistics.mean(b.values()), default={})
+        bitnet = bitnet_best(runs)
         for method, seeds in runs.items():
             losses = [r["val_loss"] for r in seeds if r["val_loss"] is not None]
             gap = spread = ""
@@ -322,6 +319,17 @@ def report(records):
             step = f"{statistics.median(times):.3f}" if times else ""
             print(f"| {corpus} | {size} | {method} | {seeds[0]['settings']} | "
                   f"{' / '.join(loss_text(r) for r in seeds)} | {spread or 'one seed'} | {step} | {gap} |")
+
+
+CORPUS_SIZES = [("sotu", "base"), ("brown", "base"), ("email", "base"), ("sotu", "large")]
+
+
+def bitnet_best(runs):
+    """Of bitnet's rows in one corpus and size of best_runs(), the one with the lowest mean over
+    its seeds, as {seed: val loss}; {} if bitnet has none there."""
+    bitnet_rows = [{r["seed"]: r["val_loss"] for r in runs[row] if r["val_loss"] is not None}
+                   for row in runs if row.startswith("bitnet")]
+    return min((b for b in bitnet_rows if b), key=lambda b: statistics.mean(b.values()), default={})
 
 
 def load_direction_records():
@@ -386,12 +394,13 @@ def best_runs(records, directions):
 
 def plot(records, path):
     """Left: every prune-stage point's val loss, by method, points ordered by lr then the rest of
-    the grid. Right: each method's best full-budget run, val loss against step (SOTU, base)."""
+    the grid. Middle: each method's best full-budget run, val loss against step (SOTU, base).
+    Right: each method's best per corpus and size against bitnet's best there, one dot a seed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(19, 4.8))
     points = grid_points()
     labels = [point_name(p) for p in points]
     for method in METHODS:
@@ -404,19 +413,53 @@ def plot(records, path):
                and [r["point"]] == best]
         if run:
             steps, values = zip(*run[0]["evals"])
-            right.plot(steps, values, label=f"{method} {point_name(run[0]['point'])}: {run[0]['val_loss']:.4f}")
+            middle.plot(steps, values, label=f"{method} {point_name(run[0]['point'])}: {run[0]['val_loss']:.4f}")
     left.set_xticks(range(len(labels)))
     left.set_xticklabels(labels, rotation=90, fontsize=6)
     left.set_ylabel(f"val loss after {PRUNE_STEPS} steps (nats/byte)")
     left.set_title("prune stage: the same grid for every method")
     left.legend()
-    right.set_xlabel("step")
-    right.set_ylabel("val loss (nats/byte)")
-    right.set_title(f"each method's best at the full budget ({FULL_STEPS} steps, SOTU)")
-    if right.lines:
-        right.legend(fontsize=8)
+    middle.set_xlabel("step")
+    middle.set_ylabel("val loss (nats/byte)")
+    middle.set_title(f"each method's best at the full budget ({FULL_STEPS} steps, SOTU)")
+    if middle.lines:
+        middle.legend(fontsize=8)
+    plot_bests_against_bitnet(right, best_runs(records, load_direction_records()))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+
+
+def plot_bests_against_bitnet(axes, best):
+    """Each seed's val loss over the mean of bitnet's best row in that corpus and size (over its
+    seeds), for bitnet's best row, ternary dqt's recipe and dqt 8-bit; the mean of the seeds as a bar."""
+    shown = [("bitnet", "bitnet, best point"), ("dqt-1.58 (residual6-h1)", "dqt ternary, the recipe"),
+             ("dqt-8", "dqt 8-bit, best point")]
+    width = 0.8 / len(shown)
+    for k, (row, label) in enumerate(shown):
+        xs, means, dots = [], [], []
+        for i, key in enumerate(CORPUS_SIZES):
+            runs = best.get(key, {})
+            bitnet = bitnet_best(runs)
+            losses = [r["val_loss"] for r in runs.get(row, []) if r["val_loss"] is not None]
+            if not bitnet or not losses:
+                continue
+            reference = statistics.mean(bitnet.values())
+            gaps = [100 * (loss / reference - 1) for loss in losses]
+            x = i + (k - (len(shown) - 1) / 2) * width
+            xs.append(x)
+            means.append(statistics.mean(gaps))
+            dots += [(x, gap) for gap in gaps]
+        color = f"C{k}"
+        axes.bar(xs, means, width * 0.9, label=label, color=color, alpha=0.5)
+        axes.plot([x for x, _ in dots], [gap for _, gap in dots], "o", color=color, markeredgecolor="black",
+                  markersize=4)
+    axes.axhline(2.0, color="grey", linestyle="--", linewidth=0.8)
+    axes.axhline(0.0, color="black", linewidth=0.6)
+    axes.set_xticks(range(len(CORPUS_SIZES)))
+    axes.set_xticklabels([f"{corpus}, {size}" for corpus, size in CORPUS_SIZES])
+    axes.set_ylabel("val loss vs bitnet's best (%)")
+    axes.set_title("each method's best by corpus and size (dots: seeds; dashed: +2%)")
+    axes.legend(fontsize=8)
 
 
 def main():
@@ -427,7 +470,7 @@ def main():
     parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
     parser.add_argument("--plan", action="store_true", help="list the runs still to do and stop")
     parser.add_argument("--report", action="store_true", help="print the result tables and stop")
-    parser.add_argument("--plot", metavar="PNG", help="draw the prune stage and the best curves (needs matplotlib)")
+    parser.add_argument("--plot", metavar="PNG", help="draw the prune stage, the best curves and each best against bitnet's (needs matplotlib)")
     args = parser.parse_args()
     if args.report or args.plot:
         if args.report:
