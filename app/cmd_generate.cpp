@@ -59,7 +59,8 @@ void add_generate_command(CLI::App& app) {
         } else {
             loaded = load_inference_file(args->checkpoint);
         }
-        hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout), {1});
+        hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout), {1},
+                            parse_kv_cache_type(args->kv_cache));
         const InferenceModel& model = *loaded.model;
         const GenerationResult result =
             generate_text(model, *loaded.tokenizer, loaded.special, args->prompt, args->tokens, args->sampling,

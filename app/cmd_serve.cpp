@@ -70,7 +70,8 @@ void add_serve_command(CLI::App& app) {
         const InferenceFile loaded = load_inference_file(args->model);
         // A step decodes one row per live slot: auto times one row and a full batch.
         const std::vector<TernaryLayoutTiming> layout_timing =
-            hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout), {1, args->engine.parallel});
+            hold_ternary_layout(*loaded.model, parse_ternary_layout(args->ternary_layout), {1, args->engine.parallel},
+                                args->engine.cache_type);
         if (!layout_timing.empty()) std::fprintf(stderr, "dqt serve: %s\n", describe_layout_timings(layout_timing).c_str());
         const InferenceModel& model = *loaded.model;
         Engine engine(model, *loaded.tokenizer, args->engine);

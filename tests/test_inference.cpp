@@ -314,8 +314,8 @@ TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
         const std::vector<int32_t> tokens = random_tokens(seed + 3, T, V);
         const InferenceModel two_bit(parameters);
         InferenceModel lookup(parameters), fastest(parameters);
-        EXPECT_TRUE(hold_ternary_layout(lookup, TernaryLayout::lookup, {1}).empty()) << c.name;
-        const std::vector<TernaryLayoutTiming> timings = hold_ternary_layout(fastest, TernaryLayout::fastest, {4, 1, 4});
+        EXPECT_TRUE(hold_ternary_layout(lookup, TernaryLayout::lookup, {1}, KvCacheType::f32).empty()) << c.name;
+        const std::vector<TernaryLayoutTiming> timings = hold_ternary_layout(fastest, TernaryLayout::fastest, {4, 1, 4}, KvCacheType::f32);
         const bool ternary = two_bit.layers[0].wq.format == LinearFormat::ternary;
         EXPECT_EQ(lookup.layers[0].wq.format, ternary ? LinearFormat::ternary_lookup : two_bit.layers[0].wq.format)
             << c.name;

@@ -259,8 +259,9 @@ void add_bench_generate_command(CLI::App& bench) {
             export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
         InferenceModel model(*open_gguf(gguf).tensors);
+        const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
         const std::vector<TernaryLayoutTiming> layout_timing =
-            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout), {1});
+            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout), {1}, cache_type);
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
@@ -270,7 +271,6 @@ void add_bench_generate_command(CLI::App& bench) {
         const uint64_t cache_bytes = last_level_cache_bytes();
         ReadBandwidth read_bandwidth(cache_bytes);
         for (int pass = 0; pass < 5; ++pass) read_bandwidth.measure_pass();
-        const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
         const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type, read_bandwidth);
         const double bandwidth = read_bandwidth.bytes_per_second();
         const double kv_bytes = kv_bytes_per_decoded_token(model.config, args->prompt_tokens, args->decode_tokens,
@@ -282,8 +282,8 @@ void add_bench_generate_command(CLI::App& bench) {
         dqt_record["kernels"] = model.kernels_label();
         dqt_record["ternary_layout"] = args->ternary_layout;
         if (!layout_timing.empty()) {  // what auto measured at load, one decode row
-            dqt_record["layout_pass_seconds_2bit"] = layout_timing[0].two_bit_seconds;
-            dqt_record["layout_pass_seconds_lookup"] = layout_timing[0].lookup_seconds;
+            dqt_record["layout_decode_step_seconds_2bit"] = layout_timing[0].two_bit_seconds;
+            dqt_record["layout_decode_step_seconds_lookup"] = layout_timing[0].lookup_seconds;
         }
         dqt_record["prompt_tokens_per_second"] = dqt_speed.prompt_tokens_per_second;
         dqt_record["decode_tokens_per_second"] = dqt_speed.decode_tokens_per_second;

@@ -1,65 +1,99 @@
 #include "infer/ternary_layout.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <map>
-#include <random>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/integer_isa.h"
 
 namespace dqt {
 
 namespace {
 
+// Every linear held as ternary codes, in either layout.
 void for_each_ternary_linear(InferenceModel& model, const std::function<void(InferenceLinear&)>& visit) {
+    auto ternary = [](const InferenceLinear& linear) {
+        return linear.format == LinearFormat::ternary || linear.format == LinearFormat::ternary_lookup;
+    };
     for (InferenceLayer& layer : model.layers)
         for (InferenceLinear* linear :
              {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
-            if (linear->format == LinearFormat::ternary) visit(*linear);
-    if (model.head.format == LinearFormat::ternary) visit(model.head);
+            if (ternary(*linear)) visit(*linear);
+    if (ternary(model.head)) visit(model.head);
 }
 
-// `rows` activation rows per input width, quantized from normal values as inference quantizes.
-std::map<int, Int8Rows> random_inputs(InferenceModel& model, int rows) {
-    std::map<int, Int8Rows> inputs;
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+// Points every ternary linear at one layout; both must be held.
+void use_layout(InferenceModel& model, bool lookup) {
     for_each_ternary_linear(model, [&](InferenceLinear& linear) {
-        if (inputs.count(linear.cols) != 0) return;
-        std::vector<float> x(static_cast<size_t>(rows) * linear.cols);  // (rows, cols)
-        for (float& v : x) v = normal(rng);
-        quantize_rows_int8(x.data(), rows, linear.cols, inputs[linear.cols]);
+        linear.format = lookup ? LinearFormat::ternary_lookup : LinearFormat::ternary;
     });
-    return inputs;
 }
 
-// Seconds of one product of every ternary linear in one layout, each linear's rows split over
-// the threads in whole 32-row tiles, as a decode step splits them.
-double pass_seconds(InferenceModel& model, const std::map<int, Int8Rows>& inputs, bool lookup) {
-    std::vector<float> out;
-    const auto start = std::chrono::steady_clock::now();
-    for_each_ternary_linear(model, [&](InferenceLinear& linear) {
-        const Int8Rows& x = inputs.at(linear.cols);
-        out.resize(static_cast<size_t>(x.rows) * linear.rows);  // (x.rows, linear.rows)
-#pragma omp parallel
-        {
-            const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-            const int tiles = (linear.rows + kLookupTileRows - 1) / kLookupTileRows;
-            const int begin = std::min(linear.rows, tiles * thread / threads * kLookupTileRows);
-            const int end = std::min(linear.rows, tiles * (thread + 1) / threads * kLookupTileRows);
-            if (lookup)
-                ternary_lookup_matmul_rows(linear.lookup, x, out.data(), begin, end);
-            else
-                ternary_matmul_rows(linear.ternary, x, out.data(), begin, end, best_integer_isa());
+// `rows` sequences decoded together, as a run decodes them: one alone (generate, a single
+// stream), several in one batched step (dqt serve's slots).
+class DecodeSteps {
+public:
+    DecodeSteps(const InferenceModel& model, int rows, int max_seq, KvCacheType cache_type)
+        : vocab_(model.config.vocab_size), tokens_(static_cast<size_t>(rows)) {
+        for (int row = 0; row < rows; ++row) {
+            sessions_.push_back(std::make_unique<InferenceSession>(model, max_seq, cache_type));
+            pointers_.push_back(sessions_.back().get());
         }
-    });
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    int max_seq() const { return sessions_.front()->max_seq(); }
+
+    // Seconds per step of `steps` decode steps from a fresh sequence, after one untimed step, so
+    // that the caches hold what the layout's own steps leave in them (the other layout's steps
+    // ran just before).
+    // (A context of one position has room for the timed step only.)
+    double seconds_per_step(int steps) {
+        for (InferenceSession* session : pointers_) session->reset();
+        int position = 0;
+        if (max_seq() > steps) step(position++);
+        const auto start = std::chrono::steady_clock::now();
+        for (int timed = 0; timed < steps; ++timed) step(position++);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+    }
+
+private:
+    // Any tokens in the vocabulary do: every step reads every weight whatever the token.
+    void step(int position) {
+        for (size_t row = 0; row < tokens_.size(); ++row)
+            tokens_[row] = static_cast<int32_t>((position * 131 + row * 17 + 7) % vocab_);
+        if (pointers_.size() == 1)
+            pointers_[0]->run(tokens_.data(), 1, LogitRows::last);
+        else
+            InferenceSession::run_batch(pointers_, tokens_.data());
+    }
+
+    int vocab_;
+    std::vector<int32_t> tokens_;  // (rows) this step's token of each sequence
+    std::vector<std::unique_ptr<InferenceSession>> sessions_;
+    std::vector<InferenceSession*> pointers_;
+};
+
+// Decode steps of `rows` sequences in both layouts, alternated, best of kTimedPasses each. A
+// pass runs enough steps to last about kPassSeconds (at most the context allows), so that a
+// small model's sub-millisecond steps still give a steady figure.
+TernaryLayoutTiming time_layouts(InferenceModel& model, int rows, KvCacheType cache_type) {
+    constexpr int kTimedPasses = 5;
+    constexpr double kPassSeconds = 0.02;
+    DecodeSteps decode(model, rows, std::min(model.config.seq_len, 65), cache_type);
+    const int most_steps = std::max(1, decode.max_seq() - 1);
+    use_layout(model, false);
+    const double first = decode.seconds_per_step(1);
+    const int steps = std::clamp(static_cast<int>(kPassSeconds / std::max(first, 1e-9)) + 1, 1, most_steps);
+    TernaryLayoutTiming timing{rows, 1e30, 1e30};
+    for (int pass = 0; pass < kTimedPasses; ++pass)
+        for (const bool lookup : {pass % 2 == 1, pass % 2 == 0}) {  // who goes first alternates too
+            use_layout(model, lookup);
+            double& best = lookup ? timing.lookup_seconds : timing.two_bit_seconds;
+            best = std::min(best, decode.seconds_per_step(steps));
+        }
+    return timing;
 }
 
 void hold_as_lookup(InferenceLinear& linear) {
@@ -87,10 +121,10 @@ const char* ternary_layout_name(TernaryLayout layout) {
 }
 
 std::string describe_layout_timings(const std::vector<TernaryLayoutTiming>& timings) {
-    std::string text = "--ternary-layout auto timed every ternary product at load";
+    std::string text = "--ternary-layout auto timed decode steps at load";
     for (size_t i = 0; i < timings.size(); ++i) {
         char part[96];
-        std::snprintf(part, sizeof part, "%s %d row%s: 2-bit %.1f ms, lookup %.1f ms", i == 0 ? ":" : ";",
+        std::snprintf(part, sizeof part, "%s %d row%s: 2-bit %.2f ms, lookup %.2f ms a step", i == 0 ? ":" : ";",
                       timings[i].rows, timings[i].rows == 1 ? "" : "s", 1e3 * timings[i].two_bit_seconds,
                       1e3 * timings[i].lookup_seconds);
         text += part;
@@ -99,7 +133,7 @@ std::string describe_layout_timings(const std::vector<TernaryLayoutTiming>& timi
 }
 
 std::vector<TernaryLayoutTiming> hold_ternary_layout(InferenceModel& model, TernaryLayout layout,
-                                                     const std::vector<int>& batch_rows) {
+                                                     const std::vector<int>& batch_rows, KvCacheType cache_type) {
     bool any_ternary = false;
     for_each_ternary_linear(model, [&](InferenceLinear&) { any_ternary = true; });
     if (!any_ternary || layout == TernaryLayout::two_bit) return {};
@@ -117,15 +151,11 @@ std::vector<TernaryLayoutTiming> hold_ternary_layout(InferenceModel& model, Tern
     std::vector<TernaryLayoutTiming> timings;
     bool lookup_wins = true;
     for (const int rows : sizes) {
-        const std::map<int, Int8Rows> inputs = random_inputs(model, rows);
-        TernaryLayoutTiming timing{rows, 1e30, 1e30};
-        for (int pass = 0; pass < 3; ++pass) {
-            timing.two_bit_seconds = std::min(timing.two_bit_seconds, pass_seconds(model, inputs, false));
-            timing.lookup_seconds = std::min(timing.lookup_seconds, pass_seconds(model, inputs, true));
-        }
+        const TernaryLayoutTiming timing = time_layouts(model, rows, cache_type);
         lookup_wins &= timing.lookup_seconds < kLookupWinMargin * timing.two_bit_seconds;
         timings.push_back(timing);
     }
+    use_layout(model, false);
     if (lookup_wins)
         for_each_ternary_linear(model, hold_as_lookup);
     else
