@@ -199,17 +199,29 @@ TEST(TernaryLookup, ProductMatchesReferenceForOneAndManyRowsAndAnyRowRange) {
         }
 }
 
+// The 2-bit matrix's packing (a tile's bytes unpacked across its lanes) and the codes' packing
+// give the same bytes, ragged shapes included: a last tile of fewer than 32 rows, rows that end
+// inside a 256-weight block, inside a triple, or at a whole pair.
+TEST(TernaryLookup, PackedFromTwoBitCodesAsFromTheCodes) {
+    std::mt19937 rng(dqt::testing::test_seed());
+    for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{96, 3072}, {45, 300}, {33, 257}, {1, 6}, {64, 7}}) {
+        const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
+        const TernaryLookupMatrix from_codes = pack_ternary_lookup(q.data(), rows, cols, 0.02f);
+        const TernaryLookupMatrix from_two_bit = pack_ternary_lookup(pack_ternary(q.data(), rows, cols, 0.02f));
+        ASSERT_EQ(from_two_bit.packed.size(), from_codes.packed.size()) << rows << "x" << cols;
+        EXPECT_EQ(std::memcmp(from_two_bit.packed.data(), from_codes.packed.data(), from_codes.packed.size()), 0)
+            << rows << "x" << cols;
+        EXPECT_EQ(from_two_bit.gamma, 0.02f);
+    }
+}
+
 TEST(TernaryLookup, SameWeightsAndSameBitsAsTheTwoBitLayout) {
     if (!have_lookup_product()) GTEST_SKIP() << "no AVX-512 VNNI and VL here";
     std::mt19937 rng(26);
     const int rows = 96, cols = 2560 + 512;
     const auto q = random_codes(rng, static_cast<size_t>(rows) * cols);
     const TernaryMatrix two_bit = pack_ternary(q.data(), rows, cols, 0.02f);
-    const TernaryLookupMatrix from_codes = pack_ternary_lookup(q.data(), rows, cols, 0.02f);
     const TernaryLookupMatrix from_two_bit = pack_ternary_lookup(two_bit);
-    ASSERT_EQ(from_two_bit.packed.size(), from_codes.packed.size());
-    EXPECT_EQ(std::memcmp(from_two_bit.packed.data(), from_codes.packed.data(), from_codes.packed.size()), 0);
-    EXPECT_EQ(from_two_bit.gamma, two_bit.gamma);
     for (int activation_rows : {1, 3, 128}) {
         const Int8Rows x = random_activation_rows(rng, activation_rows, cols);
         std::vector<float> expected(static_cast<size_t>(activation_rows) * rows), got(expected.size());

@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -79,12 +80,21 @@ int64_t physical_memory_bytes() {
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
+void* allocate_buffer_memory(size_t bytes) {
+    constexpr size_t kHugePageBytes = size_t{2} << 20;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded < kHugePageBytes) return std::aligned_alloc(64, rounded);
+    void* memory = nullptr;
+    if (posix_memalign(&memory, kHugePageBytes, rounded) != 0) return nullptr;
+    madvise(memory, rounded / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);  // a hint, before the first touch
+    return memory;
+}
+
 Buffer::Buffer(MemCategory category, size_t bytes) : bytes_(bytes), category_(category) {
     if (bytes == 0) return;
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded);
+    data_ = allocate_buffer_memory(bytes);
     if (!data_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes of " + mem_category_name(category));
-    std::memset(data_, 0, rounded);
+    std::memset(data_, 0, (bytes + 63) / 64 * 64);
     ledger_add(category_, static_cast<int64_t>(bytes_));
 }
 

@@ -33,7 +33,15 @@ int64_t peak_rss_bytes();
 // The machine's physical memory, in bytes: what a request is checked against before allocating.
 int64_t physical_memory_bytes();
 
-// RAII owner of one accounted, aligned, zeroed allocation. Movable, not copyable.
+// Uninitialised memory for a buffer of `bytes` (> 0), freed with std::free; nullptr when out of
+// memory. 64-byte aligned; from 2 MiB on, aligned to 2 MiB and marked for transparent huge pages
+// (where the kernel's setting is "madvise", as on Debian, nothing else gives them): a decode
+// streams its weights at one TLB entry per 2 MiB instead of per 4 KiB, which a VM's nested page
+// walks make dear, and the read bandwidth bound is measured over memory allocated the same way.
+void* allocate_buffer_memory(size_t bytes);
+
+// RAII owner of one accounted, aligned, zeroed allocation (allocate_buffer_memory's). Movable,
+// not copyable.
 class Buffer {
 public:
     Buffer() = default;

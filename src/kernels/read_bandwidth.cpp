@@ -1,7 +1,6 @@
 #include "kernels/read_bandwidth.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "kernels/vecmath.h"
 
 namespace dqt {
@@ -42,13 +42,12 @@ DQT_MEASURING_LOOP uint64_t sum_words(const uint64_t* words, size_t count) {
 }  // namespace
 
 ReadBandwidth::ReadBandwidth(size_t words, int sweeps) : words_(words), sweeps_(sweeps) {
-    constexpr size_t kHugePageBytes = size_t{2} << 20;
     const size_t bytes = words * sizeof(uint64_t);
-    void* memory = nullptr;
-    if (posix_memalign(&memory, kHugePageBytes, bytes) != 0)
-        throw Error("out of memory allocating the " + std::to_string(bytes) + "-byte bandwidth buffer");
+    // Allocated as the model's buffers are (core/memory.h), so that the bound reads memory paged
+    // as the weights are.
+    void* memory = allocate_buffer_memory(bytes);
+    if (!memory) throw Error("out of memory allocating the " + std::to_string(bytes) + "-byte bandwidth buffer");
     data_.reset(static_cast<uint64_t*>(memory));
-    madvise(memory, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);  // a hint, before the first touch
     std::fill(data_.get(), data_.get() + words, uint64_t{1});
 }
 

@@ -48,7 +48,7 @@ constexpr TableCodes make_table_codes() {
 }
 constexpr TableCodes kTableCodes = make_table_codes();
 
-// A matrix of zero weights of the given shape (the packing ORs codes into it).
+// A matrix of the given shape, every byte zero until its tiles are packed.
 TernaryLookupMatrix empty_lookup_matrix(int rows, int cols, float gamma) {
     if (rows < 0 || cols < 0) throw Error("pack_ternary_lookup: negative shape");
     TernaryLookupMatrix w;
@@ -60,36 +60,58 @@ TernaryLookupMatrix empty_lookup_matrix(int rows, int cols, float gamma) {
     return w;
 }
 
-// Row r's codes q_row (w.cols values) into its lane of its tile; dqt::Error for a code outside
-// {-1, 0, 1}.
-void pack_row(const int8_t* q_row, int r, TernaryLookupMatrix& w) {
-    uint8_t* tile = w.packed.data() + static_cast<size_t>(r / kLookupTileRows) * w.tile_bytes();
-    const int lane = r % kLookupTileRows;
-    for (int g = 0; g < w.triples; ++g) {
-        int v = 0;
-        for (int k = 0; k < 3; ++k) {
-            const int col = 3 * g + k;
-            const int code = col < w.cols ? q_row[col] : 0;
-            if (code < -1 || code > 1) throw Error("pack_ternary_lookup: code " + std::to_string(code) + " is not ternary");
-            v = 3 * v + code + 1;
+// One tile's codes before packing, a column's 32 lanes side by side so that the packing runs
+// over lanes: (3 * w.triples, kLookupTileRows), zero past the matrix's rows and columns (the
+// all-zero triple packs to index 0, sign clear).
+struct TileCodes {
+    std::vector<int8_t> codes;
+    explicit TileCodes(const TernaryLookupMatrix& w) : codes(static_cast<size_t>(3 * w.triples) * kLookupTileRows) {}
+    int8_t& at(int col, int lane) { return codes[static_cast<size_t>(col) * kLookupTileRows + lane]; }
+};
+
+// Tile t of w from its codes: each pair of triples is 32 bytes of indices (a lane's two |v - 13|,
+// the first in the low nibble) and two 32-bit sign words (bit l: lane l's triple is negative).
+void pack_tile(const TileCodes& tile_codes, int t, TernaryLookupMatrix& w) {
+    uint8_t* tile = w.packed.data() + static_cast<size_t>(t) * w.tile_bytes();
+    for (int p = 0; p < w.triples / 2; ++p) {
+        uint8_t* pair = tile + static_cast<size_t>(p) * kLookupPairBytes;
+        const int8_t* q = tile_codes.codes.data() + static_cast<size_t>(6 * p) * kLookupTileRows;  // column 6p, lane 0
+        std::array<int8_t, kLookupTileRows> first, second;  // v - 13 of triples 2p and 2p + 1, by lane
+        for (int l = 0; l < kLookupTileRows; ++l) {
+            first[l] = static_cast<int8_t>(9 * q[l] + 3 * q[kLookupTileRows + l] + q[2 * kLookupTileRows + l]);
+            second[l] = static_cast<int8_t>(9 * q[3 * kLookupTileRows + l] + 3 * q[4 * kLookupTileRows + l] +
+                                            q[5 * kLookupTileRows + l]);
+            pair[l] = static_cast<uint8_t>(std::abs(first[l]) | std::abs(second[l]) << 4);
         }
-        const TripleSlot slot = triple_slot(g);
-        uint8_t* pair = tile + slot.pair_offset;
-        pair[lane] |= static_cast<uint8_t>(std::abs(v - kZeroTriple) << slot.nibble_shift);
-        if (v < kZeroTriple) pair[32 + 4 * slot.sign_word + lane / 8] |= static_cast<uint8_t>(1u << (lane % 8));
+        for (int byte = 0; byte < 4; ++byte) {
+            uint8_t first_signs = 0, second_signs = 0;
+            for (int bit = 0; bit < 8; ++bit) {
+                first_signs |= static_cast<uint8_t>((first[8 * byte + bit] < 0) << bit);
+                second_signs |= static_cast<uint8_t>((second[8 * byte + bit] < 0) << bit);
+            }
+            pair[32 + byte] = first_signs;
+            pair[36 + byte] = second_signs;
+        }
     }
 }
 
-// Row r of a 2-bit matrix as codes q_row (w.cols values), byte by byte in its layout's order
-// (kernels/ternary_matmul.h: byte m of half h of a block holds weights 128h + 32n + m at bits 2n).
-void unpack_two_bit_row(const TernaryMatrix& w, int r, int8_t* q_row) {
-    const uint8_t* row = w.row(r);
+// Tile t's rows of a 2-bit matrix into tile_codes: byte b of the tile's 32 rows, side by side,
+// holds four columns' codes for every lane (kernels/ternary_matmul.h: byte m of half h of a
+// block holds weights 128h + 32n + m at bits 2n).
+void unpack_two_bit_tile(const TernaryMatrix& w, int t, TileCodes& tile_codes) {
+    const int first_row = t * kLookupTileRows;
+    const int lanes = std::min(kLookupTileRows, w.rows - first_row);
+    std::array<uint8_t, kLookupTileRows> bytes;
+    bytes.fill(0x55);  // four code-0 fields: the lanes past the matrix's rows
     for (size_t b = 0; b < w.row_bytes(); ++b) {
+        for (int l = 0; l < lanes; ++l) bytes[l] = w.row(first_row + l)[b];
         const int first = static_cast<int>(b / kTernaryBlockBytes) * kTernaryBlock + static_cast<int>(b % 64 / 32) * 128 +
                           static_cast<int>(b % 32);
         for (int n = 0; n < 4; ++n) {
             const int col = first + 32 * n;
-            if (col < w.cols) q_row[col] = static_cast<int8_t>(((row[b] >> (2 * n)) & 3) - 1);
+            if (col >= w.cols) continue;  // past the row: those columns stay zero
+            int8_t* lane_codes = &tile_codes.at(col, 0);
+            for (int l = 0; l < kLookupTileRows; ++l) lane_codes[l] = static_cast<int8_t>(((bytes[l] >> (2 * n)) & 3) - 1);
         }
     }
 }
@@ -98,23 +120,30 @@ void unpack_two_bit_row(const TernaryMatrix& w, int r, int8_t* q_row) {
 
 TernaryLookupMatrix pack_ternary_lookup(const int8_t* q, int rows, int cols, float gamma) {
     TernaryLookupMatrix w = empty_lookup_matrix(rows, cols, gamma);
-    for (int r = 0; r < rows; ++r) pack_row(q + static_cast<size_t>(r) * cols, r, w);
+    for (size_t i = 0; i < static_cast<size_t>(rows) * cols; ++i)
+        if (q[i] < -1 || q[i] > 1) throw Error("pack_ternary_lookup: code " + std::to_string(q[i]) + " is not ternary");
+    TileCodes tile_codes(w);
+    for (int t = 0; t < w.tiles(); ++t) {
+        for (int l = 0; l < kLookupTileRows; ++l) {
+            const int r = t * kLookupTileRows + l;
+            for (int c = 0; c < cols; ++c) tile_codes.at(c, l) = r < rows ? q[static_cast<size_t>(r) * cols + c] : 0;
+        }
+        pack_tile(tile_codes, t, w);
+    }
     return w;
 }
 
 TernaryLookupMatrix pack_ternary_lookup(const TernaryMatrix& two_bit) {
     TernaryLookupMatrix w = empty_lookup_matrix(two_bit.rows, two_bit.cols, two_bit.gamma);
-    // Each tile's rows go to one thread (its lanes share bytes). The codes are ternary already
-    // (every reader of 2-bit codes refuses code 3), so pack_row does not throw in the region.
+    // Each tile to one thread (its lanes share bytes). The codes are ternary already: every
+    // reader of 2-bit codes refuses code 3, and a 2-bit field decodes to at most 2 - 1.
 #pragma omp parallel
     {
-        std::vector<int8_t> q_row(static_cast<size_t>(w.cols));
+        TileCodes tile_codes(w);
 #pragma omp for schedule(static)
         for (int t = 0; t < w.tiles(); ++t) {
-            for (int r = t * kLookupTileRows; r < std::min(w.rows, (t + 1) * kLookupTileRows); ++r) {
-                unpack_two_bit_row(two_bit, r, q_row.data());
-                pack_row(q_row.data(), r, w);
-            }
+            unpack_two_bit_tile(two_bit, t, tile_codes);
+            pack_tile(tile_codes, t, w);
         }
     }
     return w;
