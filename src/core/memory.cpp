@@ -80,9 +80,15 @@ int64_t physical_memory_bytes() {
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
+namespace {
+// A buffer's allocation: its bytes rounded up to whole 64-byte lines (aligned_alloc needs a
+// multiple of the alignment; Buffer zeroes the whole of it).
+size_t allocated_bytes(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
 void* allocate_buffer_memory(size_t bytes) {
     constexpr size_t kHugePageBytes = size_t{2} << 20;
-    const size_t rounded = (bytes + 63) / 64 * 64;
+    const size_t rounded = allocated_bytes(bytes);
     if (rounded < kHugePageBytes) return std::aligned_alloc(64, rounded);
     void* memory = nullptr;
     if (posix_memalign(&memory, kHugePageBytes, rounded) != 0) return nullptr;
@@ -94,7 +100,7 @@ Buffer::Buffer(MemCategory category, size_t bytes) : bytes_(bytes), category_(ca
     if (bytes == 0) return;
     data_ = allocate_buffer_memory(bytes);
     if (!data_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes of " + mem_category_name(category));
-    std::memset(data_, 0, (bytes + 63) / 64 * 64);
+    std::memset(data_, 0, allocated_bytes(bytes));
     ledger_add(category_, static_cast<int64_t>(bytes_));
 }
 

@@ -47,8 +47,7 @@ public:
 
     // Seconds per step of `steps` decode steps from a fresh sequence, after one untimed step, so
     // that the caches hold what the layout's own steps leave in them (the other layout's steps
-    // ran just before).
-    // (A context of one position has room for the timed step only.)
+    // ran just before); a context too short for it gets the timed steps only.
     double seconds_per_step(int steps) {
         for (InferenceSession* session : pointers_) session->reset();
         int position = 0;
