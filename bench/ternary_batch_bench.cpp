@@ -2,11 +2,13 @@
 // beside its two limits measured in the same process: how many int8 dot-product instructions
 // (AVX-512 VNNI vpdpbusd, 64 multiply-adds each) this core retires a second when nothing else
 // holds them back, and how many bytes a second it reads beyond the cache. The weights are the linear layers of dqt's 154M bench model
-// (dim 1024, 12 layers, FFN 2816), replicated until they span at least 4x the last-level cache,
+// (dim 1024, 12 layers, FFN 2816; with --2b, of BitNet b1.58 2B4T's shape: dim 2560, 5 kv heads
+// of 128, FFN 6912), replicated until they span at least 4x the last-level cache,
 // so every row count reads its weights from memory, as a served model larger than the cache does.
 //
 //   build/bench_ternary_batch            rows 1, 2, 4, 8, 12, 16
 //   build/bench_ternary_batch 1 3 8      the given row counts
+//   build/bench_ternary_batch --2b 4 8   the 2B shape's layers (rows of 2560 and 6912 weights)
 #include <immintrin.h>
 #include <omp.h>
 
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -64,21 +67,25 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX-512 VNNI, the path it times\n");
         return 1;
     }
-    std::vector<int> row_counts = {1, 2, 4, 8, 12, 16};
-    if (argc > 1) {
-        row_counts.clear();
-        for (int i = 1; i < argc; ++i) {
-            const int rows = std::atoi(argv[i]);
-            if (rows < 1 || rows > 64) {
-                std::fprintf(stderr, "bench_ternary_batch: a row count is 1 to 64, not '%s'\n", argv[i]);
-                return 1;
-            }
-            row_counts.push_back(rows);
+    std::vector<int> row_counts = {1, 2, 4, 8, 12, 16}, asked;
+    bool shape_2b = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--2b") == 0) {
+            shape_2b = true;
+            continue;
         }
+        const int rows = std::atoi(argv[i]);
+        if (rows < 1 || rows > 64) {
+            std::fprintf(stderr, "bench_ternary_batch: a row count is 1 to 64, not '%s'\n", argv[i]);
+            return 1;
+        }
+        asked.push_back(rows);
     }
-    // One block of the 154M model: q, k, v, o (1024 x 1024), gate and up (2816 x 1024), down (1024 x 2816).
-    const std::vector<Layer> block = {{1024, 1024}, {1024, 1024}, {1024, 1024}, {1024, 1024},
-                                      {2816, 1024}, {2816, 1024}, {1024, 2816}};
+    if (!asked.empty()) row_counts = asked;
+    // One block's linears as (rows, cols): q, k, v, o, gate, up, down.
+    const int dim = shape_2b ? 2560 : 1024, kv_dim = shape_2b ? 640 : 1024, ffn = shape_2b ? 6912 : 2816;
+    const std::vector<Layer> block = {{dim, dim}, {kv_dim, dim}, {kv_dim, dim}, {dim, dim},
+                                      {ffn, dim}, {ffn, dim}, {dim, ffn}};
     uint64_t block_bytes = 0;
     for (const Layer& l : block) block_bytes += static_cast<uint64_t>(l.rows) * dqt::ternary_padded_cols(l.cols) / 4;
     const uint64_t cache = dqt::last_level_cache_bytes();
@@ -100,8 +107,8 @@ int main(int argc, char** argv) {
     omp_set_num_threads(1);  // the bandwidth passes run on the kernel's one thread
     dqt::ReadBandwidth bandwidth(cache);
     for (int pass = 0; pass < 5; ++pass) bandwidth.measure_pass();
-    std::printf("bench_ternary_batch: %d blocks of the 154M model, %.1f MB of ternary weights (last-level cache %.1f MiB), 1 thread\n",
-                copies, weight_bytes / 1e6, cache / 1048576.0);
+    std::printf("bench_ternary_batch: %d blocks of the %s model, %.1f MB of ternary weights (last-level cache %.1f MiB), 1 thread\n",
+                copies, shape_2b ? "2B" : "154M", weight_bytes / 1e6, cache / 1048576.0);
     std::printf("vpdpbusd limit (registers only, same process): %.2f G/s = %.1f G int8 MAC/s\n", peak / 1e9, 64 * peak / 1e9);
     std::printf("%5s %10s %10s %15s %13s %15s\n", "rows", "pass ms", "G MAC/s", "of VNNI limit", "weight GB/s",
                 "of read limit");
@@ -109,18 +116,18 @@ int main(int argc, char** argv) {
     for (const int rows : row_counts) {
         std::vector<dqt::Int8Rows> inputs(2);
         for (int which = 0; which < 2; ++which) {
-            const int cols = which == 0 ? 1024 : 2816;
+            const int cols = which == 0 ? dim : ffn;
             std::vector<float> x(static_cast<size_t>(rows) * cols);
             for (float& v : x) v = value(rng);
             dqt::quantize_rows_int8(x.data(), rows, cols, inputs[static_cast<size_t>(which)]);
         }
-        std::vector<float> out(static_cast<size_t>(rows) * 2816);
+        std::vector<float> out(static_cast<size_t>(rows) * ffn);
         double best = 1e30;
         for (int repeat = 0; repeat < 5; ++repeat) {
             bandwidth.measure_pass();  // between the passes, so both limits see the machine's same moments
             const auto start = Clock::now();
             for (const dqt::TernaryMatrix& w : weights) {
-                const dqt::Int8Rows& x = inputs[w.cols == 1024 ? 0 : 1];
+                const dqt::Int8Rows& x = inputs[w.cols == dim ? 0 : 1];
                 dqt::ternary_matmul_rows(w, x, out.data(), 0, w.rows, dqt::IntegerIsa::avx512_vnni);
             }
             best = std::min(best, seconds_since(start));

@@ -431,6 +431,32 @@ TEST(Cli, BenchBandwidthReadsBackEachSize) {
     expect_one_line_error(run_dqt("bench bandwidth --mib 100000000"), "more than half this machine's memory");
 }
 
+// The serving benchmark times each stream count asked for through the engine, with the KV
+// cache asked for; bad flags fail with one line.
+TEST(Cli, BenchServeTimesEachStreamCount) {
+    const std::string tiny = "--dim 256 --layers 2 --heads 4 --ffn 256 --seq-len 160 --threads 1 ";
+    const CommandResult result = run_dqt("bench serve " + tiny +
+                                         "--streams 1 2 --prompt-tokens 16 --decode-tokens 128 --repeats 3 --kv-cache f16 --json");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const nlohmann::json record = nlohmann::json::parse(result.output);
+    EXPECT_EQ(record.at("kv_cache"), "f16");
+    ASSERT_EQ(record.at("runs").size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+        const nlohmann::json& run = record["runs"][static_cast<size_t>(i)];
+        EXPECT_EQ(run.at("streams"), i + 1);
+        const double rate = run.at("decode_tokens_per_second").get<double>();
+        // Positive, and below a token every 0.1 us, which no decode step of even this model reaches.
+        EXPECT_TRUE(rate > 0.0 && rate < 1e7) << run;
+        EXPECT_DOUBLE_EQ(run.at("per_stream_tokens_per_second").get<double>(), rate / (i + 1));
+    }
+    EXPECT_DOUBLE_EQ(record["runs"][1].at("speedup_over_one_stream").get<double>(),
+                     record["runs"][1].at("decode_tokens_per_second").get<double>() /
+                         record["runs"][0].at("decode_tokens_per_second").get<double>());
+    expect_one_line_error(run_dqt("bench serve " + tiny + "--kv-cache f8"), "--kv-cache");
+    expect_one_line_error(run_dqt("bench serve " + tiny + "--prompt-tokens 200 --decode-tokens 2 --repeats 1"),
+                          "exceed the model's context");
+}
+
 // Export a tied ternary run to GGUF, then evaluate and generate from the file; bad requests
 // fail with one line and write nothing.
 TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
