@@ -36,7 +36,10 @@ TernaryTileKernel tile_kernel(IntegerIsa isa) {
 // kernels stream every row past each weight tile. Codes are q, not q + 1: no sum(a) to subtract.
 void onednn_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
     constexpr size_t kUnpackedBytes = 512 * 1024;
-    const int chunk_rows = static_cast<int>(std::clamp<size_t>(kUnpackedBytes / w.padded_cols, 16, 512));
+    // A whole number of 16-row blocks: oneDNN's s8 GEMM took 1.6x as long a weight row on 75
+    // rows (what 512 KiB holds of the 2B FFN's 6,912-wide down rows) as on 80, and 1.1x on 204
+    // rows of 2,560 as on 192 (Zen 5; docs/results.md, "The 2-bit prompt's chunks").
+    const int chunk_rows = static_cast<int>(std::clamp<size_t>(kUnpackedBytes / w.padded_cols / 16 * 16, 16, 512));
     thread_local Array<int8_t> codes;  // (chunk_rows, w.padded_cols)
     thread_local Array<int32_t> sums;  // (x.rows, chunk_rows)
     const size_t code_count = static_cast<size_t>(chunk_rows) * w.padded_cols;
