@@ -440,6 +440,21 @@ TEST(Cli, BenchServeTimesEachStreamCount) {
     ASSERT_EQ(result.exit_code, 0) << result.output;
     const nlohmann::json record = nlohmann::json::parse(result.output);
     EXPECT_EQ(record.at("kv_cache"), "f16");
+    // The layout serve would hold with --parallel 2: auto timed one row and two (where the CPU
+    // has the lookup kernels; it names what it held either way).
+    EXPECT_EQ(record.at("ternary_layout"), "auto");
+    if (record.contains("layout_decode_step_seconds")) {
+        const nlohmann::json& timed = record["layout_decode_step_seconds"];
+        ASSERT_EQ(timed.size(), 2u) << timed;
+        EXPECT_EQ(timed[0].at("rows"), 1);
+        EXPECT_EQ(timed[1].at("rows"), 2);
+    }
+    const CommandResult two_bit = run_dqt("bench serve " + tiny +
+                                          "--streams 2 --decode-tokens 128 --repeats 1 --ternary-layout 2bit --json");
+    ASSERT_EQ(two_bit.exit_code, 0) << two_bit.output;
+    const nlohmann::json two_bit_record = nlohmann::json::parse(two_bit.output);
+    EXPECT_FALSE(two_bit_record.contains("layout_decode_step_seconds"));
+    EXPECT_EQ(two_bit_record.at("kernels").get<std::string>().find("lookup"), std::string::npos) << two_bit_record;
     ASSERT_EQ(record.at("runs").size(), 2u);
     for (int i = 0; i < 2; ++i) {
         const nlohmann::json& run = record["runs"][static_cast<size_t>(i)];
@@ -453,6 +468,7 @@ TEST(Cli, BenchServeTimesEachStreamCount) {
                      record["runs"][1].at("decode_tokens_per_second").get<double>() /
                          record["runs"][0].at("decode_tokens_per_second").get<double>());
     expect_one_line_error(run_dqt("bench serve " + tiny + "--kv-cache f8"), "--kv-cache");
+    expect_one_line_error(run_dqt("bench serve " + tiny + "--ternary-layout 3bit"), "--ternary-layout");
     expect_one_line_error(run_dqt("bench serve " + tiny + "--prompt-tokens 200 --decode-tokens 2 --repeats 1"),
                           "exceed the model's context");
 }

@@ -4,6 +4,7 @@
 // (no HTTP), and reports the aggregate and per-stream decode rate. The prompt's share is
 // measured on its own (each stream's prompt plus one token) and taken out, so the figures are
 // decode steps only.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -21,6 +22,7 @@
 #include "core/parallel.h"
 #include "data/tokenizer.h"
 #include "infer/inference_model.h"
+#include "infer/ternary_layout.h"
 #include "serve/engine.h"
 
 namespace dqt::cli {
@@ -40,6 +42,7 @@ struct BenchServeArgs {
     int repeats = 2;
     int threads = 1;
     std::string kv_cache = "f32";
+    std::string ternary_layout = "auto";
     bool json = false;
 };
 
@@ -92,6 +95,7 @@ void add_bench_serve_command(CLI::App& bench) {
     command->add_option("--repeats", args->repeats, "best of this many runs")->check(positive_whole_number())->capture_default_str();
     command->add_option("--threads", args->threads, "compute threads")->check(positive_whole_number())->capture_default_str();
     add_kv_cache_flag(*command, args->kv_cache);
+    add_ternary_layout_flag(*command, args->ternary_layout);
     add_bench_preset_flag(*command, args->preset);
     command->add_option("--float-type", args->float_type,
                         "the random model's fp matrices (its embedding and head): f32, or f16 (rounded to fp16, as an "
@@ -122,8 +126,13 @@ void add_bench_serve_command(CLI::App& bench) {
             parameters = std::move(loaded.model);
             tokenizer = std::move(loaded.tokenizer);
         }
-        const InferenceModel model(*parameters);
+        InferenceModel model(*parameters);
         parameters.reset();
+        // The layout dqt serve would hold with --parallel at the largest stream count: auto times
+        // one row and that many, as serve does at load.
+        const int most_streams = *std::max_element(args->streams.begin(), args->streams.end());
+        const std::vector<TernaryLayoutTiming> layout_timing =
+            hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout), {1, most_streams}, cache_type);
         require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
                 "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
 
@@ -143,9 +152,13 @@ void add_bench_serve_command(CLI::App& bench) {
                                  {"last_level_cache_bytes", cache_bytes},
                                  {"regime", cached ? "cache-resident" : "memory"},
                                  {"kv_cache", args->kv_cache},
+                                 {"ternary_layout", args->ternary_layout},
                                  {"prompt_tokens", args->prompt_tokens},
                                  {"decode_tokens", args->decode_tokens},
                                  {"runs", nlohmann::json::array()}};
+        for (const TernaryLayoutTiming& timing : layout_timing)  // what auto measured at load
+            record["layout_decode_step_seconds"].push_back(
+                {{"rows", timing.rows}, {"2bit", timing.two_bit_seconds}, {"lookup", timing.lookup_seconds}});
         if (cache_bytes == 0) record["read_gb_per_s_at_step_size"] = read_rate_at_step_size / 1e9;  // how it was told
         double single_stream = 0;
         for (const int streams : args->streams) {
@@ -181,6 +194,8 @@ void add_bench_serve_command(CLI::App& bench) {
         std::printf("bench serve: %s, %.0fM parameters, %.1f MB of weights a step (%s; %s), %d thread(s), %s KV cache\n",
                     model.method_label.c_str(), model.config.parameter_count() / 1e6, weight_bytes / 1e6,
                     record["regime"].get<std::string>().c_str(), cache.c_str(), args->threads, args->kv_cache.c_str());
+        std::printf("kernels: %s (--ternary-layout %s)\n", model.kernels_label().c_str(), args->ternary_layout.c_str());
+        if (!layout_timing.empty()) std::printf("%s\n", describe_layout_timings(layout_timing).c_str());
         std::printf("%8s %14s %18s %10s\n", "streams", "decode tok/s", "per stream tok/s", "speedup");
         for (const nlohmann::json& run : record["runs"]) {
             std::printf("%8d %14.1f %18.1f %10s\n", run["streams"].get<int>(), run["decode_tokens_per_second"].get<double>(),
