@@ -1,7 +1,7 @@
 // `dqt bench serve`: what continuous batching gains. The server's engine (serve/engine.h) runs
 // S streams at once, every live sequence's next token in one batch that reads the weights
 // once; this times S = 1, 2, 4, ... streams of greedy decoding on one model, in this process
-// (no HTTP), and reports the aggregate and per-stream decode rate. The prompt's share is
+// (no HTTP), each S on one engine of S slots, and reports the aggregate and per-stream decode rate. The prompt's share is
 // measured on its own (each stream's prompt plus one token) and taken out, so the figures are
 // decode steps only.
 #include <algorithm>
@@ -46,10 +46,8 @@ struct BenchServeArgs {
     bool json = false;
 };
 
-// Seconds for `streams` requests of `max_tokens` each, submitted together, to all end.
-double time_streams(const InferenceModel& model, const Tokenizer& tokenizer, int streams, int prompt_tokens,
-                    int max_tokens, KvCacheType cache_type) {
-    Engine engine(model, tokenizer, EngineOptions{streams, 0, prompt_tokens + max_tokens, cache_type});
+// Seconds for `streams` requests of `max_tokens` each, submitted to `engine` together, to all end.
+double time_requests(Engine& engine, const InferenceModel& model, int streams, int prompt_tokens, int max_tokens) {
     std::vector<GenerationRequest> requests(static_cast<size_t>(streams));
     for (int s = 0; s < streams; ++s) {
         GenerationRequest& r = requests[static_cast<size_t>(s)];
@@ -162,12 +160,19 @@ void add_bench_serve_command(CLI::App& bench) {
         if (cache_bytes == 0) record["read_gb_per_s_at_step_size"] = read_rate_at_step_size / 1e9;  // how it was told
         double single_stream = 0;
         for (const int streams : args->streams) {
+            // One engine for all runs of a stream count, as `dqt serve --parallel S` keeps one for
+            // its life. Built, and run once, before the clock starts: building it computes each
+            // slot's tables on this thread, whose OpenMP workers then spin for a while, and its
+            // first steps start its own thread team.
+            Engine engine(model, *tokenizer,
+                          EngineOptions{streams, 0, args->prompt_tokens + args->decode_tokens, cache_type});
+            time_requests(engine, model, streams, args->prompt_tokens, 1);
             double best = 0;
             for (int r = 0; r < args->repeats; ++r) {
                 // Prompts plus one sampled token, then the whole run: the difference is the
                 // decode steps of tokens 2 .. decode_tokens.
-                const double prompt_only = time_streams(model, *tokenizer, streams, args->prompt_tokens, 1, cache_type);
-                const double whole = time_streams(model, *tokenizer, streams, args->prompt_tokens, args->decode_tokens, cache_type);
+                const double prompt_only = time_requests(engine, model, streams, args->prompt_tokens, 1);
+                const double whole = time_requests(engine, model, streams, args->prompt_tokens, args->decode_tokens);
                 // The two runs are timed apart, so the prompt run's noise lands on the decode time:
                 // a run whose decode steps are not most of it would report that noise, so it is
                 // dropped.
