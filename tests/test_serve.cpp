@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +112,16 @@ TEST(Serve, StopStringsEndTheTextBeforeThemAndAreNeverShown) {
     EXPECT_EQ(shown, generation.text());
     EXPECT_LT(generation.generated_tokens(), 40);
     EXPECT_THROW(Generation(session, *m.tokenizer, {1, 2}, 4, sampling(0, 1), {""}), Error);
+    // A prompt run in chunks: sampling waits for all of it; no chunk is empty or past its end.
+    Generation chunked(session, *m.tokenizer, {1, 2, 3}, 4, sampling(0, 1));
+    EXPECT_THROW(chunked.sample(), Error);
+    EXPECT_THROW(chunked.run_prompt_chunk(0), Error);
+    chunked.run_prompt_chunk(2);
+    EXPECT_FALSE(chunked.prompt_ready());
+    chunked.run_prompt_chunk(2);
+    EXPECT_TRUE(chunked.prompt_ready());
+    EXPECT_EQ(session.position(), 3);
+    EXPECT_THROW(chunked.run_prompt_chunk(1), Error);
 }
 
 // A sampled end-of-generation token (data/special_tokens.h: a model's EOS) ends the generation
@@ -174,6 +186,56 @@ TEST(Serve, ARequestGivesTheTokensOfGenerateAloneAndBesideSevenOthers) {
         EXPECT_EQ(text, expected[i].text) << prompts[i];
         EXPECT_EQ(end.reason, FinishReason::length);
     }
+}
+
+// A new request's prompt runs a chunk a step, each step beside the live sequences' tokens:
+// a long prompt delays them by a chunk, not by the whole prompt. What each step ran comes from
+// the engine's step report.
+TEST(Serve, ALongPromptRunsInChunksBesideTheLiveSequencesTokens) {
+    const TestModel m(4096);
+    std::mutex mutex;
+    std::condition_variable stepped;
+    std::vector<EngineStep> steps;
+    EngineOptions options{2, 2, 0, KvCacheType::f32};
+    options.prompt_chunk = 4;
+    options.on_step = [&](const EngineStep& step) {
+        std::lock_guard<std::mutex> lock(mutex);
+        steps.push_back(step);
+        stepped.notify_all();
+    };
+    Engine engine(*m.model, *m.tokenizer, options);
+    GenerationRequest live;
+    live.prompt = {65};
+    live.max_tokens = 4000;  // outlasts the test; cancelled at its end
+    auto live_stream = engine.submit(live);
+    ASSERT_TRUE(live_stream);
+    size_t decoding_from = 0;  // the first step after the live sequence began to decode
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        ASSERT_TRUE(stepped.wait_for(lock, std::chrono::seconds(20), [&] {
+            return !steps.empty() && steps.back().decoded_rows == 1;
+        }));
+        decoding_from = steps.size();
+    }
+    GenerationRequest long_prompt;
+    long_prompt.prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 4 + 4 + 2
+    long_prompt.max_tokens = 2;
+    auto long_stream = engine.submit(long_prompt);
+    ASSERT_TRUE(long_stream);
+    const auto [text, end] = drain(*long_stream);
+    EXPECT_EQ(end.completion_tokens, 2);
+    EXPECT_EQ(end.prompt_tokens, 10);
+    live_stream->cancel();
+    std::vector<std::pair<int, int>> prompt_steps;  // (prompt tokens, decoded rows)
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (size_t i = decoding_from; i < steps.size(); ++i)
+            if (steps[i].prompt_tokens > 0) prompt_steps.emplace_back(steps[i].prompt_tokens, steps[i].decoded_rows);
+    }
+    // The live sequence ran a token in each of them; in the last the new one joined it.
+    const std::vector<std::pair<int, int>> expected = {{4, 1}, {4, 1}, {2, 2}};
+    EXPECT_EQ(prompt_steps, expected);
+    EXPECT_THROW(Engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32, 0}), Error);
 }
 
 TEST(Serve, AFullQueueRefusesAndACancelledRequestFreesItsSlot) {

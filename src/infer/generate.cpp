@@ -27,6 +27,7 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
     InferenceSession session(model, static_cast<int>(tokens.size()) + budget, cache_type);
     Generation generation(session, tokenizer, std::move(tokens), max_new_tokens, sampling, stop,
                           special.end_of_generation);
+    while (!generation.prompt_ready()) generation.run_prompt_chunk(kPromptChunkTokens);  // untimed
     if (on_text) on_text(prompt);  // only now: a refused prompt prints nothing
 
     const auto start = std::chrono::steady_clock::now();

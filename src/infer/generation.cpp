@@ -39,8 +39,14 @@ Generation::Generation(InferenceSession& session, const Tokenizer& tokenizer, st
     budget_ = std::min(max_new_tokens, room);
     budget_is_context_ = room < max_new_tokens;
     session_.reset();
-    logits_ = session_.run(prompt_.data(), static_cast<int>(prompt_.size()), LogitRows::last);
     if (budget_ == 0) reason_ = FinishReason::length;
+}
+
+void Generation::run_prompt_chunk(int max_tokens) {
+    require(max_tokens >= 1 && !prompt_ready(), "Generation::run_prompt_chunk: no prompt left, or an empty chunk");
+    const int count = std::min(max_tokens, static_cast<int>(prompt_.size()) - prompt_run_);
+    logits_ = session_.run(prompt_.data() + prompt_run_, count, LogitRows::last);
+    prompt_run_ += count;
 }
 
 namespace {
@@ -74,13 +80,15 @@ size_t Generation::safe_end() const {
 }
 
 std::string Generation::step() {
+    while (!prompt_ready()) run_prompt_chunk(kPromptChunkTokens);
     std::string piece = sample();
     if (!finished()) accept(session_.run(&generated_.back(), 1, LogitRows::last));
     return piece;
 }
 
 std::string Generation::sample() {
-    require(!finished() && !awaiting_logits_, "Generation::sample: the generation has finished or awaits logits");
+    require(prompt_ready() && !finished() && !awaiting_logits_,
+            "Generation::sample: the prompt has not run, or the generation has finished or awaits logits");
     const float u = uniform01(sampling_.seed, kStreamSample, static_cast<uint32_t>(session_.position()), 0);
     const int32_t next = sample_token(logits_, vocab_, sampling_, u);
     generated_.push_back(next);

@@ -21,10 +21,17 @@ enum class FinishReason {
 };
 const char* finish_reason_name(FinishReason reason);
 
+// A prompt runs in chunks of at most this many tokens, in `dqt generate` and in `dqt serve`
+// alike (so both give the same bits): the server runs one chunk of a new prompt per engine
+// step, between the live sequences' tokens, so a long prompt does not stall them (llama.cpp's
+// default micro-batch is as long).
+inline constexpr int kPromptChunkTokens = 512;
+
 class Generation {
 public:
-    // Resets `session` and runs the prompt through it. dqt::Error (nothing run) for an empty
-    // prompt, one that leaves the session no room for a new token, or an empty stop string.
+    // Resets `session`; the prompt runs in chunks (run_prompt_chunk, or all of them at the first
+    // step()). dqt::Error (nothing run) for an empty prompt, one that leaves the session no room
+    // for a new token, or an empty stop string.
     // end_tokens: the model's end-of-generation tokens (data/special_tokens.h).
     Generation(InferenceSession& session, const Tokenizer& tokenizer, std::vector<int32_t> prompt, int max_new_tokens,
                const SamplingOptions& sampling, std::vector<std::string> stop = {},
@@ -32,14 +39,20 @@ public:
     Generation(const Generation&) = delete;
     Generation& operator=(const Generation&) = delete;
 
-    // Samples the next token and, unless the generation then ends, runs it. Returns the text
+    // Runs the prompt's next chunk of at most `max_tokens` tokens (the whole prompt's logits
+    // are ready once prompt_ready()).
+    void run_prompt_chunk(int max_tokens);
+    bool prompt_ready() const { return prompt_run_ == static_cast<int>(prompt_.size()); }
+
+    // Runs what is left of the prompt, then samples the next token and, unless the generation
+    // then ends, runs it. Returns the text
     // that became safe to show: possibly empty (half a UTF-8 character, or text that may be
     // the start of a stop string, is held back until the next token settles it; the last
     // step shows all that is left).
     std::string step();
 
     // step() in two halves, for a caller that runs several generations' tokens together
-    // (InferenceSession::run_batch): sample() picks the next token and returns the text
+    // (InferenceSession::run_batch), once prompt_ready(): sample() picks the next token and returns the text
     // step() would; unless the generation then finished, the caller runs pending_token() in
     // session() and hands its next-token logits (V) to accept().
     std::string sample();
@@ -64,12 +77,13 @@ private:
     const Tokenizer& tokenizer_;
     const int vocab_;
     std::vector<int32_t> prompt_, generated_;
+    int prompt_run_ = 0;  // prompt tokens run so far
     SamplingOptions sampling_;
     std::vector<std::string> stop_;
     std::vector<int32_t> end_tokens_;
     int budget_ = 0;  // new tokens this generation may make: max_new_tokens, less where the session ends
     bool budget_is_context_ = false;
-    const float* logits_ = nullptr;  // (V) the next token's, valid while running
+    const float* logits_ = nullptr;  // (V) the next token's, valid while running once the prompt has run
     bool awaiting_logits_ = false;   // sample() ran; accept() has not
     std::string text_;
     size_t shown_ = 0;  // bytes of text_ returned by step()

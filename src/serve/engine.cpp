@@ -25,9 +25,12 @@ void RequestStream::push(StreamUpdate update) {
 Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const EngineOptions& options)
     : tokenizer_(tokenizer),
       context_(options.context == 0 ? model.config.seq_len : options.context),
-      queue_limit_(options.queue) {
+      queue_limit_(options.queue),
+      prompt_chunk_(options.prompt_chunk),
+      on_step_(options.on_step) {
     require(options.parallel >= 1, "--parallel must be at least 1, got " + std::to_string(options.parallel));
     require(options.queue >= 0, "--queue must not be negative, got " + std::to_string(options.queue));
+    require(options.prompt_chunk >= 1, "a prompt chunk must hold at least one token");
     require(context_ >= 2 && context_ <= model.config.seq_len,
             "--context must be from 2 to the model's " + std::to_string(model.config.seq_len) + " positions, got " +
                 std::to_string(context_));
@@ -124,7 +127,8 @@ void Engine::finish(Slot& slot, StreamUpdate update) {
 }
 
 void Engine::step_all() {
-    // Requests whose client left are dropped; new ones run their prompt.
+    EngineStep counts;
+    // Requests whose client left are dropped; new ones start, and prompts run a chunk.
     for (Slot& slot : slots_) {
         if (!slot.work.stream) continue;
         if (slot.work.stream->cancelled()) {
@@ -132,26 +136,34 @@ void Engine::step_all() {
             release(slot);
             continue;
         }
-        if (slot.generation) continue;
-        GenerationRequest& r = slot.work.request;
+        if (slot.generation && slot.generation->prompt_ready()) continue;
         try {
-            slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
-                                                           r.max_tokens, r.sampling, std::move(r.stop),
-                                                           std::move(r.end_tokens));
+            if (!slot.generation) {
+                GenerationRequest& r = slot.work.request;
+                slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
+                                                               r.max_tokens, r.sampling, std::move(r.stop),
+                                                               std::move(r.end_tokens));
+                if (slot.generation->finished()) {
+                    finish(slot, {});
+                    continue;
+                }
+            }
+            const int before = slot.session->position();
+            slot.generation->run_prompt_chunk(prompt_chunk_);
+            counts.prompt_tokens += slot.session->position() - before;
         } catch (const Error& e) {
             StreamUpdate failed;
             failed.error = e.what();
             finish(slot, std::move(failed));
-            continue;
         }
-        if (slot.generation->finished()) finish(slot, {});
     }
-    // Every live sequence samples its next token; those that go on run them in one batch.
+    // Every live sequence whose prompt has run samples its next token; those that go on run
+    // them in one batch.
     std::vector<Slot*> running;
     std::vector<InferenceSession*> sessions;
     std::vector<int32_t> tokens;
     for (Slot& slot : slots_) {
-        if (!slot.generation) continue;
+        if (!slot.generation || !slot.generation->prompt_ready()) continue;
         StreamUpdate piece;
         piece.text = slot.generation->sample();
         if (slot.generation->finished()) {
@@ -163,10 +175,13 @@ void Engine::step_all() {
         sessions.push_back(&slot.generation->session());
         tokens.push_back(slot.generation->pending_token());
     }
-    if (running.empty()) return;
-    const float* logits = InferenceSession::run_batch(sessions, tokens.data());
-    const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
-    for (size_t i = 0; i < running.size(); ++i) running[i]->generation->accept(logits + i * vocab);
+    if (!running.empty()) {
+        const float* logits = InferenceSession::run_batch(sessions, tokens.data());
+        const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
+        for (size_t i = 0; i < running.size(); ++i) running[i]->generation->accept(logits + i * vocab);
+    }
+    counts.decoded_rows = static_cast<int>(running.size());
+    if (on_step_) on_step_(counts);
 }
 
 void Engine::run() {

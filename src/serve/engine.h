@@ -2,10 +2,12 @@
 // The server's generation engine (continuous batching): up to `parallel` sequences live at
 // once, each in a slot with its own KV cache from a pool allocated (and checked against
 // memory) at start-up, and a bounded queue of requests waiting for a slot. One worker thread
-// runs steps: a request that just took a slot runs its prompt, then every live sequence's next
-// token runs in one batch (InferenceSession::run_batch), so the weights are read once per step
-// for all of them; a request that ends or is cancelled frees its slot at once, and a waiting
-// one takes it at the next step.
+// runs steps: each request whose prompt has not all run runs its next chunk of it (so a long
+// prompt delays the live sequences' tokens by a chunk a step, not by the whole prompt), then
+// every live sequence whose prompt has run takes its next token, all of them in one batch
+// (InferenceSession::run_batch), so the weights are read once per step for all of them; a
+// request that ends or is cancelled frees its slot at once, and a waiting one takes it at the
+// next step.
 //
 // Each sequence is a Generation (infer/generation.h), the class `dqt generate` runs, and a
 // batch's logits are each sequence's own, bit for bit: a request gives the tokens the command
@@ -15,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,11 +30,20 @@
 
 namespace dqt {
 
+// What one engine step ran.
+struct EngineStep {
+    int prompt_tokens = 0;  // of the prompts' chunks, all slots together
+    int decoded_rows = 0;   // sequences whose next token ran in the step's batch
+};
+
 struct EngineOptions {
     int parallel = 4;   // slots: sequences live at once
     int queue = 16;     // requests that may wait for a slot
     int context = 0;    // positions of each slot's KV cache; 0 = the model's seq_len
     KvCacheType cache_type = KvCacheType::f32;
+    // Prompt tokens a slot runs a step; `dqt generate` gives the same bits only at its chunk.
+    int prompt_chunk = kPromptChunkTokens;
+    std::function<void(const EngineStep&)> on_step;  // after every step, on the engine's thread
 };
 
 struct GenerationRequest {
@@ -97,13 +109,14 @@ private:
     };
     struct Slot {
         std::unique_ptr<InferenceSession> session;
-        std::unique_ptr<Generation> generation;  // null while the slot is free or before its prompt ran
+        std::unique_ptr<Generation> generation;  // null while the slot is free or before its request started
         Pending work;
         bool busy = false;
     };
     void run();
-    // One step of every busy slot: a new request's prompt, then for all live sequences the
-    // next token, run together in one batch; frees each slot whose request ends.
+    // One step of every busy slot: a chunk of each prompt not yet run, then for all live
+    // sequences whose prompt has run the next token, together in one batch; frees each slot
+    // whose request ends.
     void step_all();
     // Ends the slot's request with `update` (its end, or an error) and frees the slot.
     void finish(Slot& slot, StreamUpdate update);
@@ -112,6 +125,8 @@ private:
     const Tokenizer& tokenizer_;
     const int context_;
     const int queue_limit_;
+    const int prompt_chunk_;
+    const std::function<void(const EngineStep&)> on_step_;
     std::vector<Slot> slots_;
     mutable std::mutex mutex_;  // guards queue_, the busy flags and stopping_
     std::condition_variable work_;
