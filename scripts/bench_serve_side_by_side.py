@@ -12,9 +12,15 @@ request generates exactly --max-tokens tokens (checked on every answer's usage c
 Aggregate tokens/s: streams x max_tokens over the wall time from the first request sent to the
 last answer (prompts included, as a client sees it), best and median of --repeats. Time to
 first token: from sending a --ttft-prompt-chars prompt with max_tokens 1 to its answer, median
-of --repeats, alone and while S-1 requests of --busy-tokens decode. Every prompt begins
-differently, so no server reuses a cached prompt. Prints one JSON line
-per figure; only the standard library.
+of --repeats, alone and while S-1 requests of --busy-tokens decode. A long prompt's stall (with
+--stall-prompt-chars): one streamed request decodes while a prompt of that many characters
+arrives; the figure is the longest wait between two of the stream's events while that prompt
+runs, beside the stream's median wait before it, median of --repeats. Every prompt begins
+differently, so no server reuses a cached prompt. Prints one JSON line per figure; only the
+standard library.
+
+    python3 scripts/bench_serve_side_by_side.py /tmp/m154L/model.gguf --context 4096 \
+        --streams 1 --stall-prompt-chars 3000       # the stall only matters with a long context
 """
 import argparse
 import http.client
@@ -142,6 +148,37 @@ def ttft(port, a, busy_streams):
     return statistics.median(samples)
 
 
+def stall(port, a):
+    """(longest wait between the live stream's events while the long prompt runs, median wait
+    before it, the long prompt's time to its one-token answer), seconds."""
+    body = {"prompt": fresh_prompt(a.prompt_chars), "max_tokens": a.context - a.prompt_chars - 1, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    connection, response = post(port, "/v1/completions", body)
+    if response.status != 200:
+        raise RuntimeError(f"status {response.status}: {response.read()[:300]}")
+    arrivals = []
+
+    def read_events():
+        for line in response:
+            if line.startswith(b"data: "):
+                arrivals.append(time.perf_counter())
+
+    reader = threading.Thread(target=read_events)
+    reader.start()
+    time.sleep(a.busy_wait)  # the stream is decoding
+    marks = []
+    complete(port, fresh_prompt(a.stall_prompt_chars), 1, marks)
+    sent, answered = marks[0]
+    time.sleep(a.busy_wait)  # events after the long prompt, to close the last gap in its window
+    connection.close()  # the server cancels the stream
+    reader.join()
+    before = [t1 - t0 for t0, t1 in zip(arrivals, arrivals[1:]) if t1 < sent]
+    during = [t1 - t0 for t0, t1 in zip(arrivals, arrivals[1:]) if t1 > sent and t0 < answered]
+    if len(before) < 2 or not during:
+        raise RuntimeError("stall: the live stream sent too few events around the long prompt")
+    return max(during), statistics.median(before), answered - sent
+
+
 def warm_up(port, a):
     """One request before the timed ones; returns its prompt's token count."""
     marks = []
@@ -162,6 +199,8 @@ def main():
     p.add_argument("--ttft-prompt-chars", type=int, default=128, help="the time-to-first-token prompt")
     p.add_argument("--busy-tokens", type=int, default=256, help="what the busy streams generate meanwhile")
     p.add_argument("--busy-wait", type=float, default=1.0, help="seconds between the busy streams and the probe")
+    p.add_argument("--stall-prompt-chars", type=int, default=0,
+                   help="time a live stream's longest wait while a prompt this long arrives (0: not timed)")
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     if max(a.streams) > a.parallel:
@@ -179,6 +218,13 @@ def main():
                                   "max_tokens": a.max_tokens,
                                   "prompt_tokens": prompt_tokens, "threads": a.threads, "parallel": a.parallel}),
                       flush=True)
+            if a.stall_prompt_chars:
+                samples = [stall(port, a) for _ in range(a.repeats)]
+                print(json.dumps({"server": name, "figure": "stall_s", "longest_wait": round(
+                    statistics.median(s[0] for s in samples), 4), "wait_before": round(
+                    statistics.median(s[1] for s in samples), 4), "long_prompt_answer": round(
+                    statistics.median(s[2] for s in samples), 4), "prompt_chars": a.stall_prompt_chars,
+                                  "threads": a.threads}), flush=True)
             for busy in (0, a.parallel - 1):
                 print(json.dumps({"server": name, "figure": "ttft_s", "busy_streams": busy,
                                   "value": round(ttft(port, a, busy), 4), "prompt_chars": a.ttft_prompt_chars,

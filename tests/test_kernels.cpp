@@ -408,6 +408,51 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
     }
 }
 
+// A prompt's chunk after its start decodes its rows together (four at a time with AVX-512,
+// each key and value loaded once for them): every row must get its own decode's bits, from an
+// fp32 and an fp16 cache, for chunks that start anywhere and end in a partial block of rows.
+TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
+    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
+                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 140, 2, 1, 72}}) {
+        Random rng;
+        SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
+        const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
+                     v = to_float(rng.normal(s.kv_size()));
+        const int key_stride = attention_key_stride(s.seq);
+        Floats keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
+        Floats values(v.size() + attention_value_slack(), 0.0f);
+        std::vector<Float16> keys16(keys.size()), values16(values.size());
+        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+                              s.kv_heads, s.head_dim, 0, s.kv_heads);
+        store_keys_and_values(keys16.data(), key_stride, values16.data(), s.seq, k.data(), v.data(), 0, s.seq,
+                              s.kv_heads, s.head_dim, 0, s.kv_heads);
+        const int row = s.heads * s.head_dim;
+        const int split = s.heads / s.kv_heads * (s.kv_heads / 2);  // two shares of heads, as two threads
+        for (int first = 0; first < s.seq; first += 1 + first / 2) {
+            const int rows = std::min(s.seq - first, 1 + (first * 7 + 3) % 11);
+            SCOPED_TRACE("rows " + std::to_string(first) + " + " + std::to_string(rows));
+            Floats by_row(static_cast<size_t>(rows) * row), by_row16(by_row.size());
+            for (int i = 0; i < rows; ++i) {
+                const float* qi = q.data() + static_cast<size_t>(first + i) * row;
+                attention_decode(by_row.data() + static_cast<size_t>(i) * row, qi, keys.data(), key_stride,
+                                 values.data(), s.seq, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+                attention_decode(by_row16.data() + static_cast<size_t>(i) * row, qi, keys16.data(), key_stride,
+                                 values16.data(), s.seq, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+            }
+            Floats together(by_row.size()), together16(by_row.size());
+            const float* q_first = q.data() + static_cast<size_t>(first) * row;
+            for (const auto& [begin, end] : {std::pair(0, split), std::pair(split, s.heads)}) {
+                attention_decode_rows(together.data(), q_first, row, keys.data(), key_stride, values.data(), s.seq,
+                                      first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
+                attention_decode_rows(together16.data(), q_first, row, keys16.data(), key_stride, values16.data(),
+                                      s.seq, first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
+            }
+            ASSERT_EQ(together, by_row);
+            ASSERT_EQ(together16, by_row16);
+        }
+    }
+}
+
 TEST(KernelAttention, HeadsNotMultipleOfKvHeadsIsAnError) {
     Floats x(64);
     EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), x.data(), 1, 1, 3, 2, 4), Error);

@@ -303,8 +303,25 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
                                 head_begin, head_end, attention_scratch_[static_cast<size_t>(thread)].data());
         return;
     }
-    // Row by row, each at its own cache and position (rows of one sequence in order, so a row
-    // attends over those stored before it).
+    if (n > 1 && targets_[0].cache == targets_[static_cast<size_t>(n) - 1].cache) {
+        // A prompt's chunk after its start (run_batch never repeats a cache): every row stored,
+        // then each attends to the positions up to its own, rows sharing the cache's loads.
+        KvCache& cache = *targets_[0].cache;
+        const int pos = targets_[0].pos;
+        rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, pos);
+        rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, pos);
+        store(cache, pos, 0, n);
+        if (cache.type == KvCacheType::f32) {
+            attention_decode_rows(out, q_.data(), C, cache.keys[l].data(), cache.key_stride, cache.values[l].data(),
+                                  cache.max_seq, pos, n, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+        } else {
+            attention_decode_rows(out, q_.data(), C, cache.keys_f16[l].data(), cache.key_stride,
+                                  cache.values_f16[l].data(), cache.max_seq, pos, n, c.n_heads, c.n_kv_heads, D,
+                                  head_begin, head_end);
+        }
+        return;
+    }
+    // One row of each sequence of a batch, each at its own cache and position.
     for (int i = 0; i < n; ++i) {
         KvCache& cache = *targets_[static_cast<size_t>(i)].cache;
         const int pos = targets_[static_cast<size_t>(i)].pos;

@@ -368,10 +368,11 @@ template <typename Part>
     std::memcpy(&part, p, sizeof part);
 }
 
-// GCC 12's convert intrinsic trips its own uninitialised-value warning (an undefined merge
+// GCC 12's convert intrinsic trips its own uninitialised-value warnings (an undefined merge
 // source inside the intrinsic).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Not always_inline: decode_head is generic code; run_at_v4 and run_at_v3 flatten it in. The
 // baseline level has no conversion instruction: an fp16 cache is widened before decode there.
@@ -461,6 +462,94 @@ template <typename Part, typename Cache>
     for (int d0 = 0; d0 < head_dim; d0 += kChains * kPartLanes<Part>) {
         with_constant<kChains>(parts(head_dim - d0), [&](auto chains) {
             weigh_value_parts<Part, chains()>(out, probs, v, v_row_stride, n, d0, head_dim);
+        });
+    }
+}
+
+// score_parts for R query rows (q_stride apart) at once: each key part is loaded once for the
+// R rows, and each row's chains are score_parts', in its order.
+template <typename Part, int R, int Chains, typename Cache>
+[[gnu::always_inline]] inline void score_rows(float* scores, ptrdiff_t scores_stride, const float* q,
+                                              ptrdiff_t q_stride, const Cache* key_tile, int head_dim) {
+    Part acc[R][Chains] = {};
+    for (int d = 0; d < head_dim; ++d) {
+        Part keys[Chains];
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c)
+            load_part(keys[c], key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + c * kPartLanes<Part>);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const float qd = q[r * q_stride + d];
+#pragma GCC unroll 16
+            for (int c = 0; c < Chains; ++c) acc[r][c] += qd * keys[c];
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c)
+            std::memcpy(scores + r * scores_stride + c * kPartLanes<Part>, &acc[r][c], sizeof acc[r][c]);
+}
+
+// weigh_value_parts for R rows whose keys are n_first, n_first + 1, ...: each value part is
+// loaded once for the rows that weigh it, and each row's sums run over its keys in order.
+template <typename Part, int R, int Chains, typename Cache>
+[[gnu::always_inline]] inline void weigh_value_rows(float* out, ptrdiff_t out_stride, const float* probs,
+                                                    ptrdiff_t probs_stride, const Cache* v, ptrdiff_t v_row_stride,
+                                                    int n_first, int d0, int head_dim) {
+    Part acc[R][Chains] = {};
+    const auto weigh = [&](int r, int j, const Part (&values)[Chains]) {
+        const float pj = probs[r * probs_stride + j];
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c) acc[r][c] += pj * values[c];
+    };
+    const auto load = [&](Part (&values)[Chains], int j) {
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c) load_part(values[c], v + j * v_row_stride + d0 + c * kPartLanes<Part>);
+    };
+    for (int j = 0; j < n_first; ++j) {
+        Part values[Chains];
+        load(values, j);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) weigh(r, j, values);
+    }
+    // The keys only the later rows reach, after all their earlier ones.
+    for (int j = n_first; j < n_first + R - 1; ++j) {
+        Part values[Chains];
+        load(values, j);
+        for (int r = j - n_first + 1; r < R; ++r) weigh(r, j, values);
+    }
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < Chains; ++c) {
+            const int first = d0 + c * kPartLanes<Part>, width = std::min(kPartLanes<Part>, head_dim - first);
+            for (int l = 0; l < width; ++l) out[r * out_stride + first + l] = acc[r][c][l];
+        }
+}
+
+// decode_head for R query rows of one sequence at positions pos0 .. pos0 + R - 1 (q and out
+// rows row_stride apart), each with decode_head's bits. scores, probs: R rows of probs_stride
+// >= round_up(pos0 + R, kTileCols) floats.
+template <typename Part, int R, typename Cache>
+[[gnu::always_inline]] inline void decode_rows_head(float* out, const float* q, ptrdiff_t row_stride,
+                                                    const Cache* key_tiles, const Cache* v, ptrdiff_t v_row_stride,
+                                                    int pos0, int head_dim, float scale, float* scores, float* probs,
+                                                    ptrdiff_t probs_stride) {
+    constexpr int kChains = kAttentionKeyTile / kPartLanes<Part>;
+    const auto parts = [](int columns) { return (columns + kPartLanes<Part> - 1) / kPartLanes<Part>; };
+    const int n_last = pos0 + R;  // keys of the last row; earlier rows ignore the scores past theirs
+    for (int j0 = 0; j0 < n_last; j0 += kAttentionKeyTile) {
+        const Cache* key_tile = key_tiles + static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim * kAttentionKeyTile;
+        with_constant<kChains>(parts(n_last - j0), [&](auto chains) {
+            score_rows<Part, R, chains()>(scores + j0, probs_stride, q, row_stride, key_tile, head_dim);
+        });
+    }
+    for (int r = 0; r < R; ++r)
+        softmax_row(probs + r * probs_stride, scores + r * probs_stride, pos0 + r + 1, pos0 + r + 1, scale);
+    for (int d0 = 0; d0 < head_dim; d0 += kChains * kPartLanes<Part>) {
+        with_constant<kChains>(parts(head_dim - d0), [&](auto chains) {
+            weigh_value_rows<Part, R, chains()>(out, row_stride, probs, probs_stride, v, v_row_stride, pos0 + 1, d0,
+                                                head_dim);
         });
     }
 }
@@ -696,6 +785,46 @@ void attention_decode_from(float* out, const float* q, const Cache* keys, int ke
     }
 }
 
+// Rows of one sequence four at a time where AVX-512 holds the 4 x 4 accumulators of a key
+// tile's chains in registers; elsewhere (fewer, narrower registers) row by row.
+constexpr int kDecodeRowBlock = 4;
+
+template <typename Cache>
+void attention_decode_rows_from(float* out, const float* q, int row_stride, const Cache* keys, int key_stride,
+                                const Cache* values, int value_stride, int first_pos, int rows, int heads,
+                                int kv_heads, int head_dim, int head_begin, int head_end) {
+    if (cpu_level() != CpuLevel::v4) {
+        for (int i = 0; i < rows; ++i)
+            attention_decode_from(out + static_cast<ptrdiff_t>(i) * row_stride, q + static_cast<ptrdiff_t>(i) * row_stride,
+                                  keys, key_stride, values, value_stride, first_pos + i, heads, kv_heads, head_dim,
+                                  head_begin, head_end);
+        return;
+    }
+    check_heads(heads, kv_heads);
+    const int group = heads / kv_heads;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    const ptrdiff_t probs_stride = round_up(first_pos + rows, kTileCols);
+    std::vector<float> scores(static_cast<size_t>(kDecodeRowBlock * probs_stride));
+    std::vector<float> probs(scores.size());
+    auto by_blocks = [&](auto part) {
+        using Part = typename decltype(part)::type;
+        for (int h = head_begin; h < head_end; ++h) {
+            const ptrdiff_t kv_head = h / group;
+            const Cache* key_tiles = keys + kv_head * head_dim * key_stride;
+            const Cache* head_values = values + kv_head * value_stride * head_dim;
+            for (int i = 0; i < rows; i += kDecodeRowBlock) {
+                const ptrdiff_t offset = static_cast<ptrdiff_t>(i) * row_stride + static_cast<ptrdiff_t>(h) * head_dim;
+                with_constant<kDecodeRowBlock>(rows - i, [&](auto block) {
+                    decode_rows_head<Part, block()>(out + offset, q + offset, row_stride, key_tiles, head_values,
+                                                    head_dim, first_pos + i, head_dim, scale, scores.data(),
+                                                    probs.data(), probs_stride);
+                });
+            }
+        }
+    };
+    run_at_v4(by_blocks);
+}
+
 }  // namespace
 
 void store_keys_and_values(float* keys, int key_stride, float* values, int value_stride, const float* k,
@@ -727,6 +856,20 @@ void attention_decode(float* out, const float* q, const Float16* keys, int key_s
 }
 
 DQT_TARGET_CLONES
+void attention_decode_rows(float* out, const float* q, int row_stride, const float* keys, int key_stride,
+                           const float* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
+                           int head_dim, int head_begin, int head_end) {
+    attention_decode_rows_from(out, q, row_stride, keys, key_stride, values, value_stride, first_pos, rows, heads,
+                               kv_heads, head_dim, head_begin, head_end);
+}
+
+void attention_decode_rows(float* out, const float* q, int row_stride, const Float16* keys, int key_stride,
+                           const Float16* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
+                           int head_dim, int head_begin, int head_end) {
+    attention_decode_rows_from(out, q, row_stride, keys, key_stride, values, value_stride, first_pos, rows, heads,
+                               kv_heads, head_dim, head_begin, head_end);
+}
+
 void round_to_f16_in_place(float* x, size_t count) {
     for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<Float16>(x[i]));
 }

@@ -66,4 +66,15 @@ void attention_decode(float* out, const float* q, const float* keys, int key_str
 void attention_decode(float* out, const float* q, const Float16* keys, int key_stride, const Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 
+// attention_decode of `rows` query rows of one sequence at positions first_pos .. first_pos +
+// rows - 1, all already in the cache (a prompt's chunk after its start): row i of q and out
+// (row_stride floats apart) attends to positions 0 .. first_pos + i, with attention_decode's
+// bits. With AVX-512, four rows share each load of a key or value.
+void attention_decode_rows(float* out, const float* q, int row_stride, const float* keys, int key_stride,
+                           const float* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
+                           int head_dim, int head_begin, int head_end);
+void attention_decode_rows(float* out, const float* q, int row_stride, const Float16* keys, int key_stride,
+                           const Float16* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
+                           int head_dim, int head_begin, int head_end);
+
 }  // namespace dqt
