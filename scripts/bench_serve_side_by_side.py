@@ -170,8 +170,9 @@ def stall(port, a):
     complete(port, fresh_prompt(a.stall_prompt_chars), 1, marks)
     sent, answered = marks[0]
     time.sleep(a.busy_wait)  # events after the long prompt, to close the last gap in its window
-    connection.close()  # the server cancels the stream
+    connection.sock.shutdown(socket.SHUT_RDWR)  # the reader sees the end; the server cancels the stream
     reader.join()
+    connection.close()
     before = [t1 - t0 for t0, t1 in zip(arrivals, arrivals[1:]) if t1 < sent]
     during = [t1 - t0 for t0, t1 in zip(arrivals, arrivals[1:]) if t1 > sent and t0 < answered]
     if len(before) < 2 or not during:
