@@ -244,6 +244,19 @@ struct AttentionShape {
     }
 };
 
+// The shapes decode is checked on: head dims below, at and above the tile width, grouped and
+// not; the last spans three key tiles and more value columns than decode's chains cover at once.
+const AttentionShape kDecodeShapes[] = {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
+                                        AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 140, 2, 1, 72}};
+
+// Random queries, keys and values of one shape, drawn in that order.
+struct QueryKeyValues {
+    Floats q, k, v;
+};
+QueryKeyValues random_qkv(Random& rng, const AttentionShape& s) {
+    return {to_float(rng.normal(s.q_size())), to_float(rng.normal(s.kv_size())), to_float(rng.normal(s.kv_size()))};
+}
+
 struct AttentionResult {
     Floats out, probs, dq, dk, dv;
 };
@@ -338,15 +351,11 @@ TEST(KernelAttention, BitIdenticalForOneAndTwoThreads) {
 
 // Decode reads a cache (keys transposed, values as rows) and must give row pos of the causal
 // forward bit for bit: the same multiply-add chains; so must the forward of a share of heads.
-// Head dims below, at and above the tile width; the last shape spans two key tiles and more
-// value columns than decode's chains cover at once.
 TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
-    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 21, 2, 1, 16},
-                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 70, 2, 1, 72}}) {
+    for (const AttentionShape& s : kDecodeShapes) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
-        const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
-                     v = to_float(rng.normal(s.kv_size()));
+        const auto [q, k, v] = random_qkv(rng, s);
         Floats out(s.q_size()), probs(s.probs_size());
         attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
                           s.head_dim);
@@ -381,12 +390,10 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
 // An fp16 cache (read in place on AVX-512 machines, widened first elsewhere) decodes to the
 // bits of the forward over the fp16-rounded keys and values.
 TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndValues) {
-    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
-                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 70, 2, 1, 72}}) {
+    for (const AttentionShape& s : kDecodeShapes) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
-        const Floats q = to_float(rng.normal(s.q_size()));
-        Floats k = to_float(rng.normal(s.kv_size())), v = to_float(rng.normal(s.kv_size()));
+        auto [q, k, v] = random_qkv(rng, s);
         const int key_stride = attention_key_stride(s.seq);
         std::vector<Float16> keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
         std::vector<Float16> values(v.size() + attention_value_slack());
@@ -412,12 +419,10 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
 // each key and value loaded once for them): every row must get its own decode's bits, from an
 // fp32 and an fp16 cache, for chunks that start anywhere and end in a partial block of rows.
 TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
-    for (const AttentionShape& s : {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
-                                    AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 140, 2, 1, 72}}) {
+    for (const AttentionShape& s : kDecodeShapes) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
-        const Floats q = to_float(rng.normal(s.q_size())), k = to_float(rng.normal(s.kv_size())),
-                     v = to_float(rng.normal(s.kv_size()));
+        const auto [q, k, v] = random_qkv(rng, s);
         const int key_stride = attention_key_stride(s.seq);
         Floats keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
         Floats values(v.size() + attention_value_slack(), 0.0f);
