@@ -235,7 +235,9 @@ TEST(Serve, ALongPromptRunsInChunksBesideTheLiveSequencesTokens) {
     // The live sequence ran a token in each of them; in the last the new one joined it.
     const std::vector<std::pair<int, int>> expected = {{4, 1}, {4, 1}, {2, 2}};
     EXPECT_EQ(prompt_steps, expected);
-    EXPECT_THROW(Engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32, 0}), Error);
+    EngineOptions empty_chunks(1, 1, 0, KvCacheType::f32);
+    empty_chunks.prompt_chunk = 0;
+    EXPECT_THROW(Engine(*m.model, *m.tokenizer, empty_chunks), Error);
 }
 
 TEST(Serve, AFullQueueRefusesAndACancelledRequestFreesItsSlot) {

@@ -118,12 +118,6 @@ void InferenceSession::reserve(int n, int team, bool split_rows) {
         logits_ = Array<float>(s, N * V);
         capacity_ = n;
     }
-    if (fresh_prompt_) {  // attention_forward_heads runs, on every thread
-        const size_t floats = attention_forward_heads_scratch_floats(n, c.head_dim());
-        if (attention_scratch_.size() < static_cast<size_t>(team)) attention_scratch_.resize(static_cast<size_t>(team));
-        for (Array<float>& scratch : attention_scratch_)
-            if (scratch.size() < floats) scratch = Array<float>(MemCategory::scratch, floats);
-    }
     // Only the row scratch this run uses grows: decode never allocates the shared copy, and a
     // prompt never the per-thread ones.
     if (split_rows) {
@@ -275,37 +269,23 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
     const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
     const int head_begin = kv_begin * group, head_end = kv_end * group;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
-    const size_t first = static_cast<size_t>(kv_begin) * D, count = static_cast<size_t>(kv_end - kv_begin) * D;
-    // Rows first .. first + rows - 1 of k_ and v_ into `cache` at positions pos ..; an fp16
-    // cache's rows are then rounded in place, so what attends below is what the cache holds.
+    // Rows row .. row + rows - 1 of k_ and v_ into `cache` at positions pos ..; attention reads
+    // them back from the cache (an fp16 one rounds them).
     const auto store = [&](KvCache& cache, int pos, int row, int rows) {
         const float* k = k_.data() + row * kv_dim;
         const float* v = v_.data() + row * kv_dim;
         if (cache.type == KvCacheType::f32) {
             store_keys_and_values(cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, k, v,
                                   pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
-            return;
-        }
-        store_keys_and_values(cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(), cache.max_seq, k,
-                              v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
-        for (int i = row; i < row + rows; ++i) {
-            round_to_f16_in_place(k_.data() + i * kv_dim + first, count);
-            round_to_f16_in_place(v_.data() + i * kv_dim + first, count);
+        } else {
+            store_keys_and_values(cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
+                                  cache.max_seq, k, v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
         }
     };
-    if (fresh_prompt_) {
-        // One sequence from position 0: the training forward's attention over the n new rows
-        // (B = 1, T = n).
-        rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, 0);
-        rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, 0);
-        store(*targets_[0].cache, 0, 0, n);
-        attention_forward_heads(out, q_.data(), k_.data(), v_.data(), n, c.n_heads, c.n_kv_heads, D,
-                                head_begin, head_end, attention_scratch_[static_cast<size_t>(thread)].data());
-        return;
-    }
     if (n > 1 && targets_[0].cache == targets_[static_cast<size_t>(n) - 1].cache) {
-        // A prompt's chunk after its start (run_batch never repeats a cache): every row stored,
-        // then each attends to the positions up to its own, rows sharing the cache's loads.
+        // A prompt or a chunk of one (run_batch never repeats a cache): every row stored, then
+        // each attends to the positions up to its own, rows sharing the cache's loads. Decode's
+        // chains are the training forward's, so a prompt from position 0 gets its bits.
         KvCache& cache = *targets_[0].cache;
         const int pos = targets_[0].pos;
         rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, pos);
@@ -484,7 +464,6 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
     check_tokens(tokens, n, model_.config.vocab_size);
     targets_.clear();
     for (int i = 0; i < n; ++i) targets_.push_back({&cache_, cache_.length + i});
-    fresh_prompt_ = cache_.length == 0;
     one_row_products_ = false;
     forward(tokens, n, rows);
     cache_.length += n;
@@ -507,7 +486,6 @@ const float* InferenceSession::run_batch(std::span<InferenceSession* const> sess
     }
     workspace.targets_.clear();
     for (InferenceSession* s : sessions) workspace.targets_.push_back({&s->cache_, s->cache_.length});
-    workspace.fresh_prompt_ = false;
     workspace.one_row_products_ = true;
     workspace.forward(tokens, n, LogitRows::all);
     for (InferenceSession* s : sessions) ++s->cache_.length;

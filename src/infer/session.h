@@ -180,13 +180,11 @@ private:
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
     std::vector<BlockStep> block_;    // the decoder block's steps (model/decoder_block.h)
     std::vector<RowTarget> targets_;  // (n) of the run under way
-    bool fresh_prompt_ = false;       // the run is one sequence from position 0: attention_forward_heads
     bool one_row_products_ = false;   // a batch: dense products row by row (integer ones are exact anyway)
     SpinBarrier team_barrier_;  // where run_blocks' threads meet
     int capacity_ = 0;          // tokens the scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team
     RowScratch shared_rows_;
-    std::vector<Array<float>> attention_scratch_;  // per thread: attention_forward_heads' (position 0)
     // Shared by the team; each product's output columns are written by one thread:
     Array<float> q_;       // (n, C)
     Array<float> k_;       // (n, Hkv, D) before they go to the cache

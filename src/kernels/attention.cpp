@@ -647,25 +647,6 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     }
 }
 
-size_t attention_forward_heads_scratch_floats(int seq, int head_dim) {
-    return ForwardWorkspace::floats(Dims(seq, 1, 1, head_dim));
-}
-
-void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
-                             int kv_heads, int head_dim, int head_begin, int head_end, float* scratch) {
-    check_heads(heads, kv_heads);
-    const Dims dm(seq, heads, kv_heads, head_dim);
-    const int group = heads / kv_heads;
-    ForwardWorkspace ws(dm, scratch);
-    for (int h = head_begin; h < head_end; ++h) {
-        const ptrdiff_t q_off = static_cast<ptrdiff_t>(h) * head_dim, kv_off = static_cast<ptrdiff_t>(h / group) * head_dim;
-        run_at_cpu_level([&](auto part) {
-            forward_head<typename decltype(part)::type>(out + q_off, nullptr, q + q_off, k + kv_off, v + kv_off, dm,
-                                                        ws);
-        });
-    }
-}
-
 size_t attention_backward_scratch_floats(int batch, int seq, int heads) {
     return static_cast<size_t>(batch) * heads * seq * seq;
 }
@@ -868,10 +849,6 @@ void attention_decode_rows(float* out, const float* q, int row_stride, const Flo
                            int head_dim, int head_begin, int head_end) {
     attention_decode_rows_from(out, q, row_stride, keys, key_stride, values, value_stride, first_pos, rows, heads,
                                kv_heads, head_dim, head_begin, head_end);
-}
-
-void round_to_f16_in_place(float* x, size_t count) {
-    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<Float16>(x[i]));
 }
 
 }  // namespace dqt

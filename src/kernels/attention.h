@@ -15,13 +15,6 @@ namespace dqt {
 // no backward), which gives the same out bit for bit without the (seq, seq) matrices.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int batch,
                        int seq, int heads, int kv_heads, int head_dim);
-// Query heads [head_begin, head_end) of attention_forward at batch 1 without probs, on the
-// calling thread (inference splits heads over its own threads): the same bits in those heads.
-// scratch: attention_forward_heads_scratch_floats(seq, head_dim) floats of the caller's, so
-// that what threads allocate does not depend on how their work interleaves.
-size_t attention_forward_heads_scratch_floats(int seq, int head_dim);
-void attention_forward_heads(float* out, const float* q, const float* k, const float* v, int seq, int heads,
-                             int kv_heads, int head_dim, int head_begin, int head_end, float* scratch);
 
 // Floats the caller must provide as dscores_scratch of attention_backward: one (seq, seq)
 // matrix per (batch, head), i.e. batch * heads * seq * seq, the size of probs. (Per-thread
@@ -54,8 +47,6 @@ void store_keys_and_values(float* keys, int key_stride, float* values, int value
 void store_keys_and_values(Float16* keys, int key_stride, Float16* values, int value_stride, const float* k,
                            const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
                            int head_end);
-// x = fp16(x), round to nearest even: what an fp16 cache holds of x.
-void round_to_f16_in_place(float* x, size_t count);
 
 // One generation step: the token at position pos attends to cache positions 0..pos (pos
 // already holds its own key and value). q, out (heads, head_dim); query heads [head_begin,

@@ -37,6 +37,10 @@ struct EngineStep {
 };
 
 struct EngineOptions {
+    EngineOptions() = default;
+    EngineOptions(int parallel_, int queue_, int context_, KvCacheType cache_type_)
+        : parallel(parallel_), queue(queue_), context(context_), cache_type(cache_type_) {}
+
     int parallel = 4;   // slots: sequences live at once
     int queue = 16;     // requests that may wait for a slot
     int context = 0;    // positions of each slot's KV cache; 0 = the model's seq_len
