@@ -359,14 +359,14 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
         Floats out(s.q_size()), probs(s.probs_size());
         attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
                           s.head_dim);
-        const int key_stride = attention_key_stride(s.seq);
+        const int key_stride = attention_key_stride(s.seq), value_stride = attention_value_stride(s.seq, s.head_dim);
         Floats keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
-        Floats values(v.size() + attention_value_slack(), 0.0f);
+        Floats values(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim, 0.0f);
         // Stored and decoded in two shares of heads, as inference's threads do.
         const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
-        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys.data(), key_stride, values.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, kv_split);
-        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys.data(), key_stride, values.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, kv_split, s.kv_heads);
         // Row pos of a causal forward only sees rows 0..pos, exactly what decode at pos sees.
         const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
@@ -375,7 +375,7 @@ TEST(KernelAttention, DecodeEqualsRowOfForwardBitForBit) {
             Floats decoded(row);
             for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
                 attention_decode(decoded.data(), q.data() + pos * row, keys.data(), key_stride, values.data(),
-                                 s.seq, pos, s.heads, s.kv_heads, s.head_dim, first, last);
+                                 value_stride, pos, s.heads, s.kv_heads, s.head_dim, first, last);
             const Floats expected(out.begin() + pos * row, out.begin() + (pos + 1) * row);
             ASSERT_EQ(decoded, expected);
         }
@@ -389,10 +389,10 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
         auto [q, k, v] = random_qkv(rng, s);
-        const int key_stride = attention_key_stride(s.seq);
+        const int key_stride = attention_key_stride(s.seq), value_stride = attention_value_stride(s.seq, s.head_dim);
         std::vector<Float16> keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
-        std::vector<Float16> values(v.size() + attention_value_slack());
-        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        std::vector<Float16> values(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim);
+        store_keys_and_values(keys.data(), key_stride, values.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
         for (Floats* x : {&k, &v})  // what the cache holds of them (round to nearest even)
             for (float& value : *x) value = static_cast<float>(static_cast<Float16>(value));
@@ -403,7 +403,7 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
         for (int pos = 0; pos < s.seq; ++pos) {
             SCOPED_TRACE("pos " + std::to_string(pos));
             Floats decoded(row);
-            attention_decode(decoded.data(), q.data() + pos * row, keys.data(), key_stride, values.data(), s.seq,
+            attention_decode(decoded.data(), q.data() + pos * row, keys.data(), key_stride, values.data(), value_stride,
                              pos, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
             ASSERT_EQ(decoded, Floats(out.begin() + pos * row, out.begin() + (pos + 1) * row));
         }
@@ -418,13 +418,13 @@ TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
         const auto [q, k, v] = random_qkv(rng, s);
-        const int key_stride = attention_key_stride(s.seq);
+        const int key_stride = attention_key_stride(s.seq), value_stride = attention_value_stride(s.seq, s.head_dim);
         Floats keys(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim, 0.0f);
-        Floats values(v.size() + attention_value_slack(), 0.0f);
+        Floats values(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim, 0.0f);
         std::vector<Float16> keys16(keys.size()), values16(values.size());
-        store_keys_and_values(keys.data(), key_stride, values.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys.data(), key_stride, values.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
-        store_keys_and_values(keys16.data(), key_stride, values16.data(), s.seq, k.data(), v.data(), 0, s.seq,
+        store_keys_and_values(keys16.data(), key_stride, values16.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
         const int row = s.heads * s.head_dim;
         const int split = s.heads / s.kv_heads * (s.kv_heads / 2);  // two shares of heads, as two threads
@@ -435,17 +435,17 @@ TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
             for (int i = 0; i < rows; ++i) {
                 const float* qi = q.data() + static_cast<size_t>(first + i) * row;
                 attention_decode(by_row.data() + static_cast<size_t>(i) * row, qi, keys.data(), key_stride,
-                                 values.data(), s.seq, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+                                 values.data(), value_stride, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
                 attention_decode(by_row16.data() + static_cast<size_t>(i) * row, qi, keys16.data(), key_stride,
-                                 values16.data(), s.seq, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+                                 values16.data(), value_stride, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
             }
             Floats together(by_row.size()), together16(by_row.size());
             const float* q_first = q.data() + static_cast<size_t>(first) * row;
             for (const auto& [begin, end] : {std::pair(0, split), std::pair(split, s.heads)}) {
-                attention_decode_rows(together.data(), q_first, row, keys.data(), key_stride, values.data(), s.seq,
+                attention_decode_rows(together.data(), q_first, row, keys.data(), key_stride, values.data(), value_stride,
                                       first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
                 attention_decode_rows(together16.data(), q_first, row, keys16.data(), key_stride, values16.data(),
-                                      s.seq, first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
+                                      value_stride, first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
             }
             ASSERT_EQ(together, by_row);
             ASSERT_EQ(together16, by_row16);

@@ -54,7 +54,7 @@ size_t kv_key_count(const ModelConfig& c, int max_seq) {
     return static_cast<size_t>(attention_key_stride(max_seq)) * c.kv_dim();
 }
 size_t kv_value_count(const ModelConfig& c, int max_seq) {
-    return static_cast<size_t>(max_seq) * c.kv_dim() + attention_value_slack();
+    return static_cast<size_t>(attention_value_stride(max_seq, c.head_dim())) * c.kv_dim();
 }
 
 }  // namespace
@@ -65,7 +65,10 @@ double kv_cache_bytes(const ModelConfig& c, int max_seq, KvCacheType type) {
 }
 
 KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
-    : type(cache_type), max_seq(max_seq_len), key_stride(attention_key_stride(max_seq_len)) {
+    : type(cache_type),
+      max_seq(max_seq_len),
+      key_stride(attention_key_stride(max_seq_len)),
+      value_stride(attention_value_stride(max_seq_len, c.head_dim())) {
     const size_t key_count = kv_key_count(c, max_seq), value_count = kv_value_count(c, max_seq);
     const double bytes = kv_cache_bytes(c, max_seq, type);
     require(bytes <= static_cast<double>(physical_memory_bytes()),
@@ -275,11 +278,11 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
         const float* k = k_.data() + row * kv_dim;
         const float* v = v_.data() + row * kv_dim;
         if (cache.type == KvCacheType::f32) {
-            store_keys_and_values(cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, k, v,
+            store_keys_and_values(cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.value_stride, k, v,
                                   pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
         } else {
             store_keys_and_values(cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
-                                  cache.max_seq, k, v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
+                                  cache.value_stride, k, v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
         }
     };
     if (n > 1 && targets_[0].cache == targets_[static_cast<size_t>(n) - 1].cache) {
@@ -293,10 +296,10 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
         store(cache, pos, 0, n);
         if (cache.type == KvCacheType::f32) {
             attention_decode_rows(out, q_.data(), C, cache.keys[l].data(), cache.key_stride, cache.values[l].data(),
-                                  cache.max_seq, pos, n, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+                                  cache.value_stride, pos, n, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         } else {
             attention_decode_rows(out, q_.data(), C, cache.keys_f16[l].data(), cache.key_stride,
-                                  cache.values_f16[l].data(), cache.max_seq, pos, n, c.n_heads, c.n_kv_heads, D,
+                                  cache.values_f16[l].data(), cache.value_stride, pos, n, c.n_heads, c.n_kv_heads, D,
                                   head_begin, head_end);
         }
         return;
@@ -311,11 +314,11 @@ void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int th
         store(cache, pos, i, 1);
         float* row_out = out + static_cast<size_t>(i) * C;
         if (cache.type == KvCacheType::f32) {
-            attention_decode(row_out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.max_seq, pos,
+            attention_decode(row_out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.value_stride, pos,
                              c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         } else {
             attention_decode(row_out, q, cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
-                             cache.max_seq, pos, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+                             cache.value_stride, pos, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
         }
     }
 }

@@ -3,14 +3,14 @@
 // keys and values of positions 0 .. p - 1 in a KV cache. It serves the prompt (n > 1, p = 0),
 // decode (n = 1) and evaluation (a whole window, p = 0), and saves nothing for a backward.
 //
-// At p = 0 every op is the training forward's own kernel on the same rows (attention included,
-// without its saved probabilities), and quantized linears run the integer kernels on the
-// integers the training forward multiplies: a ternary model's logits equal
-// model_forward's bit for bit (test). Decode (p > 0) attends through attention_decode, whose
-// arithmetic is that of the full forward's row: decoding gives the full forward's logits too,
-// bit for bit where every product is an integer one (a ternary model with a quantized head);
-// with a float head they agree to float rounding (test:
-// Inference.DecodingMatchesTheFullForwardAtEveryPosition).
+// At p = 0 every op but attention is the training forward's own kernel on the same rows, and
+// quantized linears run the integer kernels on the integers the training forward multiplies.
+// Attention reads every row's keys and values back from the cache (attention_decode for one
+// row, attention_decode_rows for several of one sequence), with the arithmetic of the full
+// forward's row: a ternary model's logits equal model_forward's bit for bit (test), and
+// decoding gives the full forward's logits too, bit for bit where every product is an integer
+// one (a ternary model with a quantized head); with a float head they agree to float rounding
+// (test: Inference.DecodingMatchesTheFullForwardAtEveryPosition).
 //
 // Threads: one team runs all blocks, each block the steps of model/decoder_block.h. Each thread
 // owns a share of the kv heads (their q, k, v rows, RoPE, cache writes and attention) and a
@@ -47,10 +47,11 @@ KvCacheType parse_kv_cache_type(const std::string& name);
 struct KvCache {
     KvCacheType type = KvCacheType::f32;
     int max_seq = 0;
-    int key_stride = 0;  // attention_key_stride(max_seq)
+    int key_stride = 0;    // attention_key_stride(max_seq)
+    int value_stride = 0;  // attention_value_stride(max_seq, head_dim)
     int length = 0;      // positions filled
     // Per layer, of the cache's type (the other pair stays empty), category activations:
-    std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 64, D, 64), (Hkv, max_seq, D) + slack
+    std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 64, D, 64), (Hkv, value_stride, D)
     std::vector<Array<Float16>> keys_f16, values_f16;
     KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;

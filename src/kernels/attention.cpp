@@ -678,7 +678,10 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 static_assert(kAttentionKeyTile % kTileCols == 0, "decode loads whole vectors of a key tile");
 int attention_key_stride(int max_seq) { return round_up(max_seq, kAttentionKeyTile); }
 
-size_t attention_value_slack() { return kTileCols; }
+int attention_value_stride(int max_seq, int head_dim) {
+    const int past_row_end = round_up(head_dim, kTileCols) - head_dim;
+    return max_seq + (past_row_end + head_dim - 1) / head_dim;
+}
 
 namespace {
 

@@ -34,11 +34,14 @@ void attention_backward(float* dq, float* dk, float* dv, float* dscores_scratch,
 // positions, each tile transposed: keys (kv_heads, key_stride / kAttentionKeyTile, head_dim,
 // kAttentionKeyTile), key j of head h, dimension d at [h * head_dim * key_stride +
 // ((j / kAttentionKeyTile) * head_dim + d) * kAttentionKeyTile + j % kAttentionKeyTile]; values
-// (kv_heads, value_stride, head_dim) followed by attention_value_slack() readable elements.
-// Decode at pos then reads one contiguous run of keys and one of values per head.
+// (kv_heads, value_stride, head_dim). Decode at pos then reads one contiguous run of keys and
+// one of values per head.
 inline constexpr int kAttentionKeyTile = 64;
 int attention_key_stride(int max_seq);  // max_seq rounded up to kAttentionKeyTile
-size_t attention_value_slack();
+// Rows of each kv head's values for max_seq positions: max_seq, and more where head_dim is not
+// a multiple of decode's widest vector (16 floats), whose reads run past a row's end: enough
+// that those past the last row stay in their own head, which no other thread writes.
+int attention_value_stride(int max_seq, int head_dim);
 // Writes kv heads [head_begin, head_end) of keys k and values v (count, kv_heads, head_dim) at
 // positions first_pos .. first_pos + count - 1.
 void store_keys_and_values(float* keys, int key_stride, float* values, int value_stride, const float* k,
