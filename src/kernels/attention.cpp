@@ -498,26 +498,20 @@ template <typename Part, int R, int Chains, typename Cache>
                                                     ptrdiff_t probs_stride, const Cache* v, ptrdiff_t v_row_stride,
                                                     int n_first, int d0, int head_dim) {
     Part acc[R][Chains] = {};
-    const auto weigh = [&](int r, int j, const Part (&values)[Chains]) {
-        const float pj = probs[r * probs_stride + j];
-#pragma GCC unroll 16
-        for (int c = 0; c < Chains; ++c) acc[r][c] += pj * values[c];
-    };
-    const auto load = [&](Part (&values)[Chains], int j) {
+    // Keys 0 .. n_first - 1 for every row, then the keys only the later rows reach, each row's
+    // in order. One loop, no lambdas: split in two, or with a lambda that the flatten of
+    // run_at_v4 did not inline, an ASan build contracted a multiply-add differently from
+    // decode's and changed the bits.
+    for (int j = 0; j < n_first + R - 1; ++j) {
+        Part values[Chains];
 #pragma GCC unroll 16
         for (int c = 0; c < Chains; ++c) load_part(values[c], v + j * v_row_stride + d0 + c * kPartLanes<Part>);
-    };
-    for (int j = 0; j < n_first; ++j) {
-        Part values[Chains];
-        load(values, j);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) weigh(r, j, values);
-    }
-    // The keys only the later rows reach, after all their earlier ones.
-    for (int j = n_first; j < n_first + R - 1; ++j) {
-        Part values[Chains];
-        load(values, j);
-        for (int r = j - n_first + 1; r < R; ++r) weigh(r, j, values);
+        for (int r = std::max(0, j - n_first + 1); r < R; ++r) {
+            const float pj = probs[r * probs_stride + j];
+#pragma GCC unroll 16
+            for (int c = 0; c < Chains; ++c) acc[r][c] += pj * values[c];
+        }
     }
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
