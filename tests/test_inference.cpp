@@ -207,10 +207,10 @@ TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
     }
 }
 
-// A batch of sequences at different positions, one token each, gives every sequence the
-// logits its own decode gives, bit for bit, for every method and cache type: what lets the
-// server batch requests without changing a token (serve/engine.h).
-TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnDecode) {
+// A batch of sequences at different positions, one token each, with a new prompt's chunks among
+// them, gives every sequence the logits its own run gives, bit for bit, for every method and
+// cache type: what lets the server batch requests without changing a token (serve/engine.h).
+TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnRun) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("DQT_TEST_SEED=" + std::to_string(seed));
     const std::vector<int> prompts = {1, 4, 2, 7};
@@ -239,24 +239,40 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnDecode) {
                     batched.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
                     alone.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
                 }
-                std::vector<InferenceSession*> sessions;
-                for (auto& session : batched) sessions.push_back(session.get());
+                // A newcomer's prompt runs kChunk tokens a step, second among the batch's parts.
+                constexpr int kChunk = 2;
+                const size_t newcomer = prompts.size();
+                tokens.push_back(random_tokens(seed + 100 + newcomer, T, V));
+                batched.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                alone.push_back(std::make_unique<InferenceSession>(model, T, cache));
                 for (int step = 0; step < 4; ++step) {
-                    std::vector<int32_t> next;
-                    for (size_t s = 0; s < prompts.size(); ++s) next.push_back(tokens[s][prompts[s] + step]);
-                    const float* logits = InferenceSession::run_batch(sessions, next.data());
-                    const std::vector<float> got(logits, logits + prompts.size() * V);
+                    std::vector<size_t> order;  // the sequence of each part
+                    std::vector<InferenceSession::BatchPart> parts;
                     for (size_t s = 0; s < prompts.size(); ++s) {
-                        const float* expected = alone[s]->run(&next[s], 1, LogitRows::last);
-                        expect_logits(&got[s * V], expected, V, true,
+                        parts.push_back({batched[s].get(), &tokens[s][static_cast<size_t>(prompts[s] + step)], 1});
+                        order.push_back(s);
+                        if (s != 0) continue;
+                        parts.push_back({batched[newcomer].get(), &tokens[newcomer][step * kChunk], kChunk});
+                        order.push_back(newcomer);
+                    }
+                    const float* logits = InferenceSession::run_batch(parts);
+                    const std::vector<float> got(logits, logits + parts.size() * V);
+                    for (size_t i = 0; i < parts.size(); ++i) {
+                        const size_t s = order[i];
+                        const float* expected = alone[s]->run(parts[i].tokens, parts[i].count, LogitRows::last);
+                        expect_logits(&got[i * V], expected, V, true,
                                       "sequence " + std::to_string(s) + ", step " + std::to_string(step));
                         EXPECT_EQ(batched[s]->position(), alone[s]->position());
                     }
                 }
-                std::vector<InferenceSession*> twice = {sessions[0], sessions[1], sessions[0]};
-                const int32_t three[3] = {0, 0, 0};
-                EXPECT_THROW(InferenceSession::run_batch(twice, three), Error);
-                EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
+                const int32_t zeros[T] = {};
+                const auto refused = [&](std::vector<InferenceSession::BatchPart> parts) {
+                    EXPECT_THROW(InferenceSession::run_batch(parts), Error);
+                    EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
+                };
+                refused({{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 1}, {batched[0].get(), zeros, 1}});
+                refused({{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 0}});
+                refused({{batched[0].get(), zeros, 1}, {batched[newcomer].get(), zeros, T}});
             });
         }
     }
@@ -349,9 +365,8 @@ TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
             all.insert(all.end(), logits, logits + static_cast<size_t>(prompt) * V);
             other.run(tokens.data() + 1, 2, LogitRows::last);
             for (int t = prompt; t < T; ++t) {
-                const int32_t next[2] = {tokens[t], tokens[t - 1]};
-                std::vector<InferenceSession*> both = {&session, &other};
-                logits = InferenceSession::run_batch(both, next);
+                const InferenceSession::BatchPart both[2] = {{&session, &tokens[t], 1}, {&other, &tokens[t - 1], 1}};
+                logits = InferenceSession::run_batch(both);
                 all.insert(all.end(), logits, logits + 2 * V);
             }
             return all;
@@ -461,21 +476,25 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
             if (threads == 1) one_thread = from_halves;
             EXPECT_EQ(from_halves, one_thread);
         }
-        // A batch of three decodes gives each the logits of its own decode, bit for bit.
+        // A batch of three decodes and a new prompt's chunk of three tokens gives each the
+        // logits of its own run, bit for bit.
         std::vector<std::unique_ptr<InferenceSession>> batched, alone;
-        for (int s = 0; s < 3; ++s) {
+        std::vector<InferenceSession::BatchPart> parts;
+        for (int s = 0; s < 4; ++s) {
             batched.push_back(std::make_unique<InferenceSession>(halves, T));
             alone.push_back(std::make_unique<InferenceSession>(halves, T));
+            if (s == 3) {
+                parts.push_back({batched.back().get(), tokens.data(), 3});
+                continue;
+            }
             batched.back()->run(tokens.data() + s, prompt, LogitRows::last);
             alone.back()->run(tokens.data() + s, prompt, LogitRows::last);
+            parts.push_back({batched.back().get(), &tokens[static_cast<size_t>(prompt + s)], 1});
         }
-        std::vector<InferenceSession*> sessions;
-        for (auto& session : batched) sessions.push_back(session.get());
-        const int32_t next[3] = {tokens[prompt], tokens[prompt + 1], tokens[prompt + 2]};
-        const float* batch_logits = InferenceSession::run_batch(sessions, next);
-        const std::vector<float> got(batch_logits, batch_logits + 3 * static_cast<size_t>(V));
-        for (int s = 0; s < 3; ++s)
-            expect_logits(&got[static_cast<size_t>(s) * V], alone[s]->run(&next[s], 1, LogitRows::last), V, true,
+        const float* batch_logits = InferenceSession::run_batch(parts);
+        const std::vector<float> got(batch_logits, batch_logits + parts.size() * V);
+        for (size_t s = 0; s < parts.size(); ++s)
+            expect_logits(&got[s * V], alone[s]->run(parts[s].tokens, parts[s].count, LogitRows::last), V, true,
                           "batched sequence " + std::to_string(s));
         // One value off the fp16 grid keeps the tensor in fp32.
         parameters.value(*parameters.tensors.output)[7] += 1e-6f;

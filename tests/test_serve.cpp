@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -226,15 +227,21 @@ TEST(Serve, ALongPromptRunsInChunksBesideTheLiveSequencesTokens) {
     EXPECT_EQ(end.completion_tokens, 2);
     EXPECT_EQ(end.prompt_tokens, 10);
     live_stream->cancel();
-    std::vector<std::pair<int, int>> prompt_steps;  // (prompt tokens, decoded rows)
+    std::vector<std::array<int, 3>> prompt_steps;  // (prompt tokens, decoded rows, forwards)
+    int decoded_after = 0;  // rows of the step after the prompt's last chunk
     {
         std::lock_guard<std::mutex> lock(mutex);
-        for (size_t i = decoding_from; i < steps.size(); ++i)
-            if (steps[i].prompt_tokens > 0) prompt_steps.emplace_back(steps[i].prompt_tokens, steps[i].decoded_rows);
+        for (size_t i = decoding_from; i < steps.size(); ++i) {
+            if (steps[i].prompt_tokens == 0) continue;
+            prompt_steps.push_back({steps[i].prompt_tokens, steps[i].decoded_rows, steps[i].forwards});
+            if (i + 1 < steps.size()) decoded_after = steps[i + 1].decoded_rows;
+        }
     }
-    // The live sequence ran a token in each of them; in the last the new one joined it.
-    const std::vector<std::pair<int, int>> expected = {{4, 1}, {4, 1}, {2, 2}};
+    // The live sequence ran a token in the same forward as each chunk; after the last chunk the
+    // new sequence decodes beside it.
+    const std::vector<std::array<int, 3>> expected = {{4, 1, 1}, {4, 1, 1}, {2, 1, 1}};
     EXPECT_EQ(prompt_steps, expected);
+    EXPECT_EQ(decoded_after, 2);
     EngineOptions empty_chunks(1, 1, 0, KvCacheType::f32);
     empty_chunks.prompt_chunk = 0;
     EXPECT_THROW(Engine(*m.model, *m.tokenizer, empty_chunks), Error);

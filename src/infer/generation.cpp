@@ -42,11 +42,22 @@ Generation::Generation(InferenceSession& session, const Tokenizer& tokenizer, st
     if (budget_ == 0) reason_ = FinishReason::length;
 }
 
-void Generation::run_prompt_chunk(int max_tokens) {
-    require(max_tokens >= 1 && !prompt_ready(), "Generation::run_prompt_chunk: no prompt left, or an empty chunk");
+std::span<const int32_t> Generation::next_prompt_chunk(int max_tokens) const {
+    require(max_tokens >= 1 && !prompt_ready(), "Generation::next_prompt_chunk: no prompt left, or an empty chunk");
     const int count = std::min(max_tokens, static_cast<int>(prompt_.size()) - prompt_run_);
-    logits_ = session_.run(prompt_.data() + prompt_run_, count, LogitRows::last);
-    prompt_run_ += count;
+    return {prompt_.data() + prompt_run_, static_cast<size_t>(count)};
+}
+
+void Generation::prompt_chunk_ran(const float* last_logits) {
+    require(!prompt_ready() && session_.position() > prompt_run_,
+            "Generation::prompt_chunk_ran: no chunk of the prompt ran in the session");
+    prompt_run_ = session_.position();
+    logits_ = last_logits;
+}
+
+void Generation::run_prompt_chunk(int max_tokens) {
+    const std::span<const int32_t> chunk = next_prompt_chunk(max_tokens);
+    prompt_chunk_ran(session_.run(chunk.data(), static_cast<int>(chunk.size()), LogitRows::last));
 }
 
 namespace {

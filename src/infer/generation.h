@@ -3,6 +3,7 @@
 // `dqt generate` and each slot of `dqt serve` drive this same class, so a request gives the
 // tokens the command gives for the same prompt, sampling options and seed.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ public:
     // Runs the prompt's next chunk of at most `max_tokens` tokens (the whole prompt's logits
     // are ready once prompt_ready()).
     void run_prompt_chunk(int max_tokens);
+    // run_prompt_chunk in two halves, for a caller that runs the chunk in a batch with other
+    // sequences' rows (InferenceSession::run_batch): the chunk's tokens, then, once they ran in
+    // session(), the next-token logits (V) of its last token.
+    std::span<const int32_t> next_prompt_chunk(int max_tokens) const;
+    void prompt_chunk_ran(const float* last_logits);
     bool prompt_ready() const { return prompt_run_ == static_cast<int>(prompt_.size()); }
 
     // Runs what is left of the prompt, then samples the next token and, unless the generation

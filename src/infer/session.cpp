@@ -146,8 +146,22 @@ void InferenceSession::RowScratch::reserve(const ModelConfig& c, int n) {
     ffn_input.reshape(n, c.ffn_dim);
 }
 
-void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n,
-                                int first_row, int last_row) const {
+std::vector<InferenceSession::ProductRows> InferenceSession::product_rows(std::span<const int> group_rows) {
+    std::vector<ProductRows> runs;
+    int first = 0;
+    for (const int rows : group_rows) {
+        if (rows == 1 && !runs.empty() && !runs.back().whole) {
+            ++runs.back().count;
+        } else {
+            runs.push_back({first, rows, rows > 1});
+        }
+        first += rows;
+    }
+    return runs;
+}
+
+void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& input, float* out,
+                                std::span<const ProductRows> rows, int first_row, int last_row) const {
     if (first_row >= last_row) return;
     switch (w.format) {
         case LinearFormat::ternary:
@@ -160,45 +174,51 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
             int8_matmul_rows(w.int8, *input.quantized, out, first_row, last_row, best_integer_isa());
             return;
         case LinearFormat::dense:
-            multiply_dense(w, input.rows, out, n, first_row, last_row,
-                           [&](int block, int) { return w.dense + static_cast<size_t>(block) * w.cols; });
-            return;
-        case LinearFormat::half: {
-            // Decode: the weights straight from memory, widened in registers. A batch of decodes
-            // reads each weight row once for all its rows, each row's sum in decode's order.
-            if (n == 1) {
-                half_gemv_rows(input.rows, w.halves, w.cols, out, first_row, last_row);
-                return;
+            for (const ProductRows& run : rows) {
+                multiply_dense(w, input.rows + static_cast<size_t>(run.first) * w.cols,
+                               out + static_cast<size_t>(run.first) * w.rows, run.count, run.whole ? run.count : 1,
+                               first_row, last_row,
+                               [&](int block, int) { return w.dense + static_cast<size_t>(block) * w.cols; });
             }
-            if (one_row_products_) {
-                half_gemm_rows(input.rows, n, w.halves, w.cols, out, w.rows, first_row, last_row);
-                return;
-            }
-            // A prompt's rows: each block widened into this thread's copy, which stays in its
-            // cache for the dense format's gemm (the fp32 weights' products).
-            thread_local Array<float> widened;
-            const size_t block_floats = static_cast<size_t>(kDenseBlockRows) * w.cols;
-            if (widened.size() < block_floats) widened = Array<float>(MemCategory::scratch, block_floats);
-            multiply_dense(w, input.rows, out, n, first_row, last_row, [&](int block, int block_end) {
-                widen_f16(w.halves + static_cast<size_t>(block) * w.cols, widened.data(),
-                          static_cast<size_t>(block_end - block) * w.cols);
-                return static_cast<const float*>(widened.data());
-            });
             return;
-        }
+        case LinearFormat::half:
+            for (const ProductRows& run : rows) {
+                const float* x = input.rows + static_cast<size_t>(run.first) * w.cols;
+                float* run_out = out + static_cast<size_t>(run.first) * w.rows;
+                // Decodes: the weights straight from memory, widened in registers, each weight
+                // row read once for all the rows, each row's sum in a lone decode's order.
+                if (run.count == 1) {
+                    half_gemv_rows(x, w.halves, w.cols, run_out, first_row, last_row);
+                } else if (!run.whole) {
+                    half_gemm_rows(x, run.count, w.halves, w.cols, run_out, w.rows, first_row, last_row);
+                } else {
+                    // A prompt's rows: each block widened into this thread's copy, which stays in
+                    // its cache for the dense format's gemm (the fp32 weights' products).
+                    thread_local Array<float> widened;
+                    const size_t block_floats = static_cast<size_t>(kDenseBlockRows) * w.cols;
+                    if (widened.size() < block_floats) widened = Array<float>(MemCategory::scratch, block_floats);
+                    multiply_dense(w, x, run_out, run.count, run.count, first_row, last_row,
+                                   [&](int block, int block_end) {
+                                       widen_f16(w.halves + static_cast<size_t>(block) * w.cols, widened.data(),
+                                                 static_cast<size_t>(block_end - block) * w.cols);
+                                       return static_cast<const float*>(widened.data());
+                                   });
+                }
+            }
+            return;
     }
 }
 
 template <typename BlockWeights>
-void InferenceSession::multiply_dense(const InferenceLinear& w, const float* input, float* out, int n, int first_row,
-                                      int last_row, BlockWeights block_weights) const {
+void InferenceSession::multiply_dense(const InferenceLinear& w, const float* input, float* out, int n,
+                                      int rows_per_gemm, int first_row, int last_row,
+                                      BlockWeights block_weights) const {
     // One gemm per whole block of kDenseBlockRows rows (counted from row 0), whatever share of
     // it this thread holds: oneDNN rounds a column differently with the call's shape (its AVX2
     // kernels do), so equal calls keep the logits independent of the thread count. A block the
     // share cuts is computed whole into scratch, and only the share's columns are kept. gemm
-    // stays on this thread. A batch's rows one at a time: a gemm of 1 row rounds as one
-    // sequence's decode does, whatever else is in the batch.
-    const int step = one_row_products_ ? 1 : n;
+    // stays on this thread.
+    const int step = rows_per_gemm;
     thread_local Array<float> cut_block;  // (step, kDenseBlockRows)
     const size_t cut_floats = static_cast<size_t>(step) * kDenseBlockRows;
     for (int block = first_row / kDenseBlockRows * kDenseBlockRows; block < last_row; block += kDenseBlockRows) {
@@ -225,17 +245,17 @@ void InferenceSession::multiply_dense(const InferenceLinear& w, const float* inp
     }
 }
 
-void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n,
-                                      int thread, int threads) const {
+void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input,
+                                      std::span<const ProductRows> rows, int thread, int threads) const {
     int total_rows = 0;
     for (const LinearJob& job : jobs) total_rows += job.weight->rows;
     const int begin = share_begin(total_rows, threads, thread, kShareAlign);
     const int end = share_begin(total_rows, threads, thread + 1, kShareAlign);
     int offset = 0;
     for (const LinearJob& job : jobs) {
-        const int rows = job.weight->rows;
-        multiply(*job.weight, input, job.out, n, std::max(begin - offset, 0), std::min(end - offset, rows));
-        offset += rows;
+        const int job_rows = job.weight->rows;
+        multiply(*job.weight, input, job.out, rows, std::max(begin - offset, 0), std::min(end - offset, job_rows));
+        offset += job_rows;
     }
 }
 
@@ -267,59 +287,47 @@ InferenceSession::ProductInput InferenceSession::prepare_input(BlockValue value,
     return {rows, quantized};
 }
 
-void InferenceSession::attend(int layer, int n, int kv_begin, int kv_end, int thread, float* out) {
+namespace {
+
+// f(keys, values) of `layer` in `cache`, of the cache's element type.
+template <typename F>
+void with_cache_layer(KvCache& cache, size_t layer, F f) {
+    if (cache.type == KvCacheType::f32) {
+        f(cache.keys[layer].data(), cache.values[layer].data());
+    } else {
+        f(cache.keys_f16[layer].data(), cache.values_f16[layer].data());
+    }
+}
+
+}  // namespace
+
+void InferenceSession::attend(int layer, int kv_begin, int kv_end, float* out) {
     const ModelConfig& c = model_.config;
     const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
     const int head_begin = kv_begin * group, head_end = kv_end * group;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
-    // Rows row .. row + rows - 1 of k_ and v_ into `cache` at positions pos ..; attention reads
-    // them back from the cache (an fp16 one rounds them).
-    const auto store = [&](KvCache& cache, int pos, int row, int rows) {
-        const float* k = k_.data() + row * kv_dim;
-        const float* v = v_.data() + row * kv_dim;
-        if (cache.type == KvCacheType::f32) {
-            store_keys_and_values(cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.value_stride, k, v,
-                                  pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
-        } else {
-            store_keys_and_values(cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
-                                  cache.value_stride, k, v, pos, rows, c.n_kv_heads, D, kv_begin, kv_end);
-        }
-    };
-    if (n > 1 && targets_[0].cache == targets_[static_cast<size_t>(n) - 1].cache) {
-        // A prompt or a chunk of one (run_batch never repeats a cache): every row stored, then
-        // each attends to the positions up to its own, rows sharing the cache's loads. Decode's
-        // chains are the training forward's, so a prompt from position 0 gets its bits.
-        KvCache& cache = *targets_[0].cache;
-        const int pos = targets_[0].pos;
-        rope_forward_heads(q_.data(), n, C, head_begin, head_end, rope_, pos);
-        rope_forward_heads(k_.data(), n, kv_dim, kv_begin, kv_end, rope_, pos);
-        store(cache, pos, 0, n);
-        if (cache.type == KvCacheType::f32) {
-            attention_decode_rows(out, q_.data(), C, cache.keys[l].data(), cache.key_stride, cache.values[l].data(),
-                                  cache.value_stride, pos, n, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
-        } else {
-            attention_decode_rows(out, q_.data(), C, cache.keys_f16[l].data(), cache.key_stride,
-                                  cache.values_f16[l].data(), cache.value_stride, pos, n, c.n_heads, c.n_kv_heads, D,
-                                  head_begin, head_end);
-        }
-        return;
-    }
-    // One row of each sequence of a batch, each at its own cache and position.
-    for (int i = 0; i < n; ++i) {
-        KvCache& cache = *targets_[static_cast<size_t>(i)].cache;
-        const int pos = targets_[static_cast<size_t>(i)].pos;
-        float* q = q_.data() + static_cast<size_t>(i) * C;
-        rope_forward_heads(q, 1, C, head_begin, head_end, rope_, pos);
-        rope_forward_heads(k_.data() + i * kv_dim, 1, kv_dim, kv_begin, kv_end, rope_, pos);
-        store(cache, pos, i, 1);
-        float* row_out = out + static_cast<size_t>(i) * C;
-        if (cache.type == KvCacheType::f32) {
-            attention_decode(row_out, q, cache.keys[l].data(), cache.key_stride, cache.values[l].data(), cache.value_stride, pos,
-                             c.n_heads, c.n_kv_heads, D, head_begin, head_end);
-        } else {
-            attention_decode(row_out, q, cache.keys_f16[l].data(), cache.key_stride, cache.values_f16[l].data(),
-                             cache.value_stride, pos, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
-        }
+    // Each group's rows are stored first, then each attends to the positions up to its own (a
+    // chunk's rows sharing the cache's loads), reading its key and value back from the cache (an
+    // fp16 one rounds them). Decode's chains are the training forward's, so a prompt from
+    // position 0 gets its bits.
+    for (const RowGroup& g : groups_) {
+        const size_t first = static_cast<size_t>(g.first_row);
+        float* q = q_.data() + first * C;
+        rope_forward_heads(q, g.rows, C, head_begin, head_end, rope_, g.pos);
+        rope_forward_heads(k_.data() + first * kv_dim, g.rows, kv_dim, kv_begin, kv_end, rope_, g.pos);
+        float* group_out = out + first * C;
+        with_cache_layer(*g.cache, l, [&](auto* keys, auto* values) {
+            const KvCache& cache = *g.cache;
+            store_keys_and_values(keys, cache.key_stride, values, cache.value_stride, k_.data() + first * kv_dim,
+                                  v_.data() + first * kv_dim, g.pos, g.rows, c.n_kv_heads, D, kv_begin, kv_end);
+            if (g.rows == 1) {
+                attention_decode(group_out, q, keys, cache.key_stride, values, cache.value_stride, g.pos, c.n_heads,
+                                 c.n_kv_heads, D, head_begin, head_end);
+            } else {
+                attention_decode_rows(group_out, q, C, keys, cache.key_stride, values, cache.value_stride, g.pos,
+                                      g.rows, c.n_heads, c.n_kv_heads, D, head_begin, head_end);
+            }
+        });
     }
 }
 
@@ -366,15 +374,15 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
             // attends without waiting; otherwise the rows are split evenly and the threads meet first.
             if (c.n_kv_heads % part.threads == 0) {
                 const int D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
-                multiply(wq, input, q_.data(), n, part.kv_begin * group * D, part.kv_end * group * D);
-                multiply(wk, input, k_.data(), n, part.kv_begin * D, part.kv_end * D);
-                multiply(wv, input, v_.data(), n, part.kv_begin * D, part.kv_end * D);
+                multiply(wq, input, q_.data(), block_rows_, part.kv_begin * group * D, part.kv_end * group * D);
+                multiply(wk, input, k_.data(), block_rows_, part.kv_begin * D, part.kv_end * D);
+                multiply(wv, input, v_.data(), block_rows_, part.kv_begin * D, part.kv_end * D);
             } else {
-                multiply_share({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, input, n, part.thread,
+                multiply_share({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, input, block_rows_, part.thread,
                                part.threads);
                 team_barrier_.arrive_and_wait();
             }
-            attend(layer, n, part.kv_begin, part.kv_end, part.thread, out);
+            attend(layer, part.kv_begin, part.kv_end, out);
             team_barrier_.arrive_and_wait();
             return;
         }
@@ -382,8 +390,8 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
             // Each thread its own columns of gate, up and out: the activation needs no meeting.
             const InferenceLinear &w_gate = layer_linear(w, step.weights[0]), &w_up = layer_linear(w, step.weights[1]);
             const ProductInput input = prepare_input(step.in, w_gate, part);
-            multiply(w_gate, input, gate_.data(), n, part.ffn_begin, part.ffn_end);
-            multiply(w_up, input, up_.data(), n, part.ffn_begin, part.ffn_end);
+            multiply(w_gate, input, gate_.data(), block_rows_, part.ffn_begin, part.ffn_end);
+            multiply(w_up, input, up_.data(), block_rows_, part.ffn_begin, part.ffn_end);
             for (int i = 0; i < n; ++i) {
                 const size_t row = static_cast<size_t>(i) * c.ffn_dim + part.ffn_begin;
                 gated_forward_serial(c.ffn_activation, out + row, gate_.data() + row, up_.data() + row,
@@ -395,7 +403,7 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
         case BlockOp::residual_linear: {
             // out and the residual are both the stream (value_rows): the product adds in place.
             const InferenceLinear& weight = layer_linear(w, step.weights[0]);
-            multiply_share({{&weight, proj_.data()}}, prepare_input(step.in, weight, part), n, part.thread,
+            multiply_share({{&weight, proj_.data()}}, prepare_input(step.in, weight, part), block_rows_, part.thread,
                            part.threads);
             team_barrier_.arrive_and_wait();
             const size_t first = static_cast<size_t>(share.first) * c.dim;
@@ -405,28 +413,35 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
     }
 }
 
-void InferenceSession::run_head(const float* x, int n) {
+void InferenceSession::run_head(const float* x) {
     const ModelConfig& c = model_.config;
     const InferenceLinear& head = model_.head;
-    rmsnorm_forward(normed_.data(), rstd_.data(), x, model_.output_norm, n, c.dim, c.norm_eps);
-    if (head.format == LinearFormat::half) {
-        const ProductInput input{normed_.data(), nullptr};
-#pragma omp parallel
-        multiply_share({{&head, logits_.data()}}, input, n, omp_get_thread_num(), omp_get_num_threads());
-        return;
+    const int n = static_cast<int>(head_sources_.size());
+    if (head_sources_.back() - head_sources_.front() + 1 == n) {
+        rmsnorm_forward(normed_.data(), rstd_.data(), x + static_cast<size_t>(head_sources_[0]) * c.dim,
+                        model_.output_norm, n, c.dim, c.norm_eps);
+    } else {
+        for (int i = 0; i < n; ++i)
+            rmsnorm_forward_serial(normed_.data() + static_cast<size_t>(i) * c.dim, rstd_.data() + i,
+                                   x + static_cast<size_t>(head_sources_[static_cast<size_t>(i)]) * c.dim,
+                                   model_.output_norm, 1, c.dim, c.norm_eps);
     }
     if (head.format == LinearFormat::dense) {
-        const int step = one_row_products_ ? 1 : n;  // as multiply()'s dense products
-        for (int r = 0; r < n; r += step) {
-            linear_forward(logits_.data() + static_cast<size_t>(r) * head.rows,
-                           normed_.data() + static_cast<size_t>(r) * head.cols, head.dense, step, head.cols, head.rows);
+        // model_forward's call for a sequence's rows, the whole head on the library's threads.
+        for (const ProductRows& run : head_rows_) {
+            const int step = run.whole ? run.count : 1;
+            for (int r = run.first; r < run.first + run.count; r += step) {
+                linear_forward(logits_.data() + static_cast<size_t>(r) * head.rows,
+                               normed_.data() + static_cast<size_t>(r) * head.cols, head.dense, step, head.cols,
+                               head.rows);
+            }
         }
         return;
     }
-    quantize_rows_int8(normed_.data(), n, head.cols, quantized_);
-    const ProductInput input{normed_.data(), &quantized_};
+    if (head.quantized()) quantize_rows_int8(normed_.data(), n, head.cols, quantized_);
+    const ProductInput input{normed_.data(), head.quantized() ? &quantized_ : nullptr};
 #pragma omp parallel
-    multiply_share({{&head, logits_.data()}}, input, n, omp_get_thread_num(), omp_get_num_threads());
+    multiply_share({{&head, logits_.data()}}, input, head_rows_, omp_get_thread_num(), omp_get_num_threads());
 }
 
 namespace {
@@ -441,7 +456,17 @@ void check_tokens(const int32_t* tokens, int n, int vocab) {
 }  // namespace
 
 void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
-    const ModelConfig& c = model_.config;
+    // Only the rows whose logits are wanted go through the final norm and the head.
+    std::vector<int> group_rows, head_group_rows;
+    head_sources_.clear();
+    for (const RowGroup& g : groups_) {
+        group_rows.push_back(g.rows);
+        const int head_rows = rows == LogitRows::all ? g.rows : 1;
+        head_group_rows.push_back(head_rows);
+        for (int r = g.first_row + g.rows - head_rows; r < g.first_row + g.rows; ++r) head_sources_.push_back(r);
+    }
+    block_rows_ = product_rows(group_rows);
+    head_rows_ = product_rows(head_group_rows);
     // One team for all blocks: its threads meet at four barriers per block (docs/results.md),
     // team_barrier_'s rather than the runtime's, which cost several times more.
     const int team = std::max(1, omp_get_max_threads());
@@ -453,10 +478,7 @@ void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
         team_barrier_.set_threads(omp_get_num_threads());  // the runtime may give fewer than asked
         run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
     }
-    // Only the rows whose logits are wanted go through the final norm and the head.
-    const int first = rows == LogitRows::all ? 0 : n - 1;
-    const RowScratch& residual = split_rows ? shared_rows_ : per_thread_[0];
-    run_head(residual.x.data() + static_cast<size_t>(first) * c.dim, n - first);
+    run_head((split_rows ? shared_rows_ : per_thread_[0]).x.data());
 }
 
 const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows) {
@@ -465,33 +487,39 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         throw Error(std::to_string(cache_.length + n) + " tokens do not fit the context of " +
                     std::to_string(cache_.max_seq));
     check_tokens(tokens, n, model_.config.vocab_size);
-    targets_.clear();
-    for (int i = 0; i < n; ++i) targets_.push_back({&cache_, cache_.length + i});
-    one_row_products_ = false;
+    groups_.assign(1, {&cache_, cache_.length, 0, n});
     forward(tokens, n, rows);
     cache_.length += n;
     return logits_.data();
 }
 
-const float* InferenceSession::run_batch(std::span<InferenceSession* const> sessions, const int32_t* tokens) {
-    require(!sessions.empty(), "inference: no sequences to run");
-    InferenceSession& workspace = *sessions[0];
-    const int n = static_cast<int>(sessions.size());
-    check_tokens(tokens, n, workspace.model_.config.vocab_size);
-    for (int i = 0; i < n; ++i) {
-        const InferenceSession& s = *sessions[static_cast<size_t>(i)];
+const float* InferenceSession::run_batch(std::span<const BatchPart> parts) {
+    require(!parts.empty(), "inference: no sequences to run");
+    InferenceSession& workspace = *parts[0].session;
+    const ModelConfig& c = workspace.model_.config;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const BatchPart& part = parts[i];
+        const InferenceSession& s = *part.session;
         require(&s.model_ == &workspace.model_, "inference: a batch runs sessions of one model");
-        require(s.cache_.length < s.cache_.max_seq, "inference: a sequence of the batch has a full context");
+        require(part.count >= 1, "inference: a part of the batch has no tokens");
+        require(part.count <= s.cache_.max_seq - s.cache_.length,
+                "inference: a part of the batch does not fit its sequence's context");
         require(s.cache_.max_seq <= workspace.cache_.max_seq,
                 "inference: a sequence of the batch is longer than the first (whose RoPE table the batch uses)");
-        for (int j = 0; j < i; ++j)
-            require(sessions[static_cast<size_t>(j)] != &s, "inference: a session appears twice in one batch");
+        for (size_t j = 0; j < i; ++j)
+            require(parts[j].session != &s, "inference: a session appears twice in one batch");
+        check_tokens(part.tokens, part.count, c.vocab_size);
     }
-    workspace.targets_.clear();
-    for (InferenceSession* s : sessions) workspace.targets_.push_back({&s->cache_, s->cache_.length});
-    workspace.one_row_products_ = true;
-    workspace.forward(tokens, n, LogitRows::all);
-    for (InferenceSession* s : sessions) ++s->cache_.length;
+    workspace.groups_.clear();
+    workspace.batch_tokens_.clear();
+    for (const BatchPart& part : parts) {
+        const int first = static_cast<int>(workspace.batch_tokens_.size());
+        workspace.groups_.push_back({&part.session->cache_, part.session->cache_.length, first, part.count});
+        workspace.batch_tokens_.insert(workspace.batch_tokens_.end(), part.tokens, part.tokens + part.count);
+    }
+    workspace.forward(workspace.batch_tokens_.data(), static_cast<int>(workspace.batch_tokens_.size()),
+                      LogitRows::last);
+    for (const BatchPart& part : parts) part.session->cache_.length += part.count;
     return workspace.logits_.data();
 }
 

@@ -75,16 +75,24 @@ public:
     // a sequence longer than max_seq.
     const float* run(const int32_t* tokens, int n, LogitRows rows);
 
-    // One decode step of several sequences together: tokens[i] runs in sessions[i] at that
-    // session's next position, against its own KV cache, and every weight is read once for
-    // all of them (the products take one activation row per sequence). Returns the next-token
-    // logits (n, V), row i for sessions[i], valid until sessions[0]'s next run, whose scratch
-    // the step uses. Each row's logits are those of sessions[i]->run(&tokens[i], 1), bit for
-    // bit (test): integer products are exact, dense ones (fp32 weights, an fp32 head) run a
-    // row at a time, as a single decode does, and fp16 ones keep decode's order for every row,
-    // so they round alike whatever shares the batch. dqt::Error (nothing changed) for a session listed twice, a full one, one
-    // longer than sessions[0], or a token outside the vocabulary.
-    static const float* run_batch(std::span<InferenceSession* const> sessions, const int32_t* tokens);
+    // One sequence's rows of a batch: tokens [0, count) run in `session` at its next positions.
+    struct BatchPart {
+        InferenceSession* session;
+        const int32_t* tokens;
+        int count;
+    };
+    // One step of several sequences together (a server's live decodes, one token each, and new
+    // prompts' chunks): every part's tokens run in its session against its own KV cache, and
+    // every weight is read once for all of them (the products take all the parts' activation
+    // rows). Returns the logits (parts, V) of each part's last token, row i for parts[i], valid
+    // until parts[0].session's next run, whose scratch the step uses. Each part's logits are
+    // those of parts[i].session->run(tokens, count, LogitRows::last), bit for bit (test):
+    // integer products are exact, and dense (fp32 weights, an fp32 head) and half ones compute
+    // each part's rows as run() would alone: a chunk's rows in one gemm, one-token parts a row at
+    // a time. dqt::Error (nothing changed) for a session listed twice, an empty part, one that
+    // does not fit its session's context, a session longer than parts[0]'s, or a token outside
+    // the vocabulary.
+    static const float* run_batch(std::span<const BatchPart> parts);
 
     int position() const { return cache_.length; }
     int max_seq() const { return cache_.max_seq; }
@@ -144,44 +152,62 @@ private:
     // Where a value of the block lives: the stream and the norms' outputs in the row scratch,
     // att and h in the team's shared buffers.
     float* value_rows(BlockValue value, RowScratch& rows);
-    // Rows [first_row, last_row) of w times the input, into those columns of out (n, w.rows).
-    void multiply(const InferenceLinear& w, const ProductInput& input, float* out, int n, int first_row,
-                  int last_row) const;
-    // multiply() of a dense or half w on fp32 input rows (n, w.cols), a gemm per block of rows;
-    // block_weights(block, block_end) gives rows [block, block_end) of w in fp32.
+    // Rows [first_row, first_row + rows) of a run: one sequence's tokens, stored in `cache` at
+    // positions pos .. and attending over it.
+    struct RowGroup {
+        KvCache* cache;
+        int pos;
+        int first_row, rows;
+    };
+    // Rows a dense or half product computes together, as run() computes one sequence's rows
+    // alone: a group of several rows (a prompt or its chunk) in one gemm (`whole`), a stretch of
+    // one-row groups (a batch's decodes) a row at a time, each rounding as a lone decode does.
+    struct ProductRows {
+        int first, count;
+        bool whole;
+    };
+    // Splits rows grouped by `group_rows` (consecutive groups' sizes) into ProductRows.
+    static std::vector<ProductRows> product_rows(std::span<const int> group_rows);
+    // Weight rows [first_row, last_row) of w times the input's rows, into those columns of out
+    // (n, w.rows); `rows` covers the input's n rows.
+    void multiply(const InferenceLinear& w, const ProductInput& input, float* out, std::span<const ProductRows> rows,
+                  int first_row, int last_row) const;
+    // multiply() of a dense or half w on fp32 input rows (n, w.cols), a gemm of rows_per_gemm
+    // rows per block of weight rows; block_weights(block, block_end) gives rows [block,
+    // block_end) of w in fp32.
     template <typename BlockWeights>
-    void multiply_dense(const InferenceLinear& w, const float* input, float* out, int n, int first_row, int last_row,
-                        BlockWeights block_weights) const;
+    void multiply_dense(const InferenceLinear& w, const float* input, float* out, int n, int rows_per_gemm,
+                        int first_row, int last_row, BlockWeights block_weights) const;
     // Rows of a dense product's gemm, and of a half linear's widening: 64 x 2,560 floats (a 2B
     // model's head) are 640 KiB.
     static constexpr int kDenseBlockRows = 64;
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
-    void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input, int n, int thread,
-                        int threads) const;
+    void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input,
+                        std::span<const ProductRows> rows, int thread, int threads) const;
     // The product's input: the value's rows, and this thread's share of them quantized to int8
     // when `product` runs on the integer kernels; split rows meet here, the input whole.
     ProductInput prepare_input(BlockValue value, const InferenceLinear& product, const ThreadPart& part);
-    // Where row i of a run goes: the cache it is stored in and attends over, at position pos.
-    struct RowTarget {
-        KvCache* cache;
-        int pos;
-    };
-    // The forward of n rows bound for targets_ (run: this session's next positions; run_batch:
-    // one row per session), their logits into logits_; the caches' lengths are the caller's.
+    // The forward of the n rows of groups_, then the head on each group's rows (all) or its last
+    // row (last), into logits_; the caches' lengths are the caller's.
     void forward(const int32_t* tokens, int n, LogitRows rows);
-    // Attention of kv heads [kv_begin, kv_end) and their query heads over the n new tokens:
-    // RoPE, the keys and values into the cache (rounded to what an fp16 cache holds), then their
-    // attention into out (n, C).
-    void attend(int layer, int n, int kv_begin, int kv_end, int thread, float* out);
-    // The products of the head over every thread, gemm for a dense one (model_forward's call).
-    void run_head(const float* x, int n);
+    // Attention of kv heads [kv_begin, kv_end) and their query heads over the rows of groups_,
+    // each group in its cache: RoPE, the keys and values into the cache (rounded to what an
+    // fp16 cache holds), then their attention into out (n, C).
+    void attend(int layer, int kv_begin, int kv_end, float* out);
+    // The final norm of the residual rows head_sources_ of x, then the head's products over
+    // every thread.
+    void run_head(const float* x);
 
     const InferenceModel& model_;
     KvCache cache_;
     RopeTable rope_;    // rotations of positions [0, max_seq), computed once
     std::vector<BlockStep> block_;    // the decoder block's steps (model/decoder_block.h)
-    std::vector<RowTarget> targets_;  // (n) of the run under way
-    bool one_row_products_ = false;   // a batch: dense products row by row (integer ones are exact anyway)
+    // Of the run under way:
+    std::vector<RowGroup> groups_;       // the sequences' rows, in row order
+    std::vector<ProductRows> block_rows_;  // groups_ as the blocks' dense products take them
+    std::vector<int> head_sources_;      // (head rows) the residual row each head row reads
+    std::vector<ProductRows> head_rows_;   // the head's rows as its dense product takes them
+    std::vector<int32_t> batch_tokens_;  // run_batch: the parts' tokens, in row order
     SpinBarrier team_barrier_;  // where run_blocks' threads meet
     int capacity_ = 0;          // tokens the scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team

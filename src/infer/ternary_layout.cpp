@@ -40,7 +40,7 @@ public:
         : vocab_(model.config.vocab_size), tokens_(static_cast<size_t>(rows)) {
         for (int row = 0; row < rows; ++row) {
             sessions_.push_back(std::make_unique<InferenceSession>(model, max_seq, cache_type));
-            pointers_.push_back(sessions_.back().get());
+            parts_.push_back({sessions_.back().get(), &tokens_[static_cast<size_t>(row)], 1});
         }
     }
     int max_seq() const { return sessions_.front()->max_seq(); }
@@ -49,7 +49,7 @@ public:
     // that the caches hold what the layout's own steps leave in them (the other layout's steps
     // ran just before); a context too short for it gets the timed steps only.
     double seconds_per_step(int steps) {
-        for (InferenceSession* session : pointers_) session->reset();
+        for (const auto& session : sessions_) session->reset();
         int position = 0;
         if (max_seq() > steps) step(position++);
         const auto start = std::chrono::steady_clock::now();
@@ -62,16 +62,16 @@ private:
     void step(int position) {
         for (size_t row = 0; row < tokens_.size(); ++row)
             tokens_[row] = static_cast<int32_t>((position * 131 + row * 17 + 7) % vocab_);
-        if (pointers_.size() == 1)
-            pointers_[0]->run(tokens_.data(), 1, LogitRows::last);
+        if (parts_.size() == 1)
+            sessions_[0]->run(tokens_.data(), 1, LogitRows::last);
         else
-            InferenceSession::run_batch(pointers_, tokens_.data());
+            InferenceSession::run_batch(parts_);
     }
 
     int vocab_;
     std::vector<int32_t> tokens_;  // (rows) this step's token of each sequence
     std::vector<std::unique_ptr<InferenceSession>> sessions_;
-    std::vector<InferenceSession*> pointers_;
+    std::vector<InferenceSession::BatchPart> parts_;  // (rows) a session and its token each
 };
 
 // Decode steps of `rows` sequences in both layouts, alternated, best of kTimedPasses each. A

@@ -128,59 +128,79 @@ void Engine::finish(Slot& slot, StreamUpdate update) {
 
 void Engine::step_all() {
     EngineStep counts;
-    // Requests whose client left are dropped; new ones start, and prompts run a chunk.
-    for (Slot& slot : slots_) {
+    // The step's one batch: a chunk of each prompt not yet run, and the next token of every
+    // live sequence whose prompt has run (sampled from its last logits first).
+    std::vector<Slot*> in_batch;
+    std::vector<InferenceSession::BatchPart> parts;
+    std::vector<int32_t> next_tokens(slots_.size());  // parts point into it: never reallocated
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& slot = slots_[i];
         if (!slot.work.stream) continue;
         if (slot.work.stream->cancelled()) {
             ++cancelled_;
             release(slot);
             continue;
         }
-        if (slot.generation && slot.generation->prompt_ready()) continue;
-        try {
-            if (!slot.generation) {
+        if (!slot.generation) {
+            try {
                 GenerationRequest& r = slot.work.request;
                 slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
                                                                r.max_tokens, r.sampling, std::move(r.stop),
                                                                std::move(r.end_tokens));
-                if (slot.generation->finished()) {
-                    finish(slot, {});
-                    continue;
-                }
+            } catch (const Error& e) {
+                StreamUpdate failed;
+                failed.error = e.what();
+                finish(slot, std::move(failed));
+                continue;
             }
-            const int before = slot.session->position();
-            slot.generation->run_prompt_chunk(prompt_chunk_);
-            counts.prompt_tokens += slot.session->position() - before;
-        } catch (const Error& e) {
-            StreamUpdate failed;
-            failed.error = e.what();
-            finish(slot, std::move(failed));
+            if (slot.generation->finished()) {
+                finish(slot, {});
+                continue;
+            }
         }
-    }
-    // Every live sequence whose prompt has run samples its next token; those that go on run
-    // them in one batch.
-    std::vector<Slot*> running;
-    std::vector<InferenceSession*> sessions;
-    std::vector<int32_t> tokens;
-    for (Slot& slot : slots_) {
-        if (!slot.generation || !slot.generation->prompt_ready()) continue;
+        Generation& generation = *slot.generation;
+        if (!generation.prompt_ready()) {
+            const std::span<const int32_t> chunk = generation.next_prompt_chunk(prompt_chunk_);
+            parts.push_back({slot.session.get(), chunk.data(), static_cast<int>(chunk.size())});
+            in_batch.push_back(&slot);
+            counts.prompt_tokens += static_cast<int>(chunk.size());
+            continue;
+        }
         StreamUpdate piece;
-        piece.text = slot.generation->sample();
-        if (slot.generation->finished()) {
+        piece.text = generation.sample();
+        if (generation.finished()) {
             finish(slot, std::move(piece));
             continue;
         }
         if (!piece.text.empty()) slot.work.stream->push(std::move(piece));
-        running.push_back(&slot);
-        sessions.push_back(&slot.generation->session());
-        tokens.push_back(slot.generation->pending_token());
+        next_tokens[i] = generation.pending_token();
+        parts.push_back({slot.session.get(), &next_tokens[i], 1});
+        in_batch.push_back(&slot);
+        ++counts.decoded_rows;
     }
-    if (!running.empty()) {
-        const float* logits = InferenceSession::run_batch(sessions, tokens.data());
-        const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
-        for (size_t i = 0; i < running.size(); ++i) running[i]->generation->accept(logits + i * vocab);
+    if (!parts.empty()) {
+        // Requests were checked (check_request), so only a fault of the engine fails here.
+        try {
+            const float* logits = InferenceSession::run_batch(parts);
+            ++counts.forwards;
+            const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
+            for (size_t i = 0; i < in_batch.size(); ++i) {
+                Generation& generation = *in_batch[i]->generation;
+                const float* row = logits + i * vocab;
+                if (generation.prompt_ready()) {
+                    generation.accept(row);
+                } else {
+                    generation.prompt_chunk_ran(row);
+                }
+            }
+        } catch (const Error& e) {
+            for (Slot* slot : in_batch) {
+                StreamUpdate failed;
+                failed.error = e.what();
+                finish(*slot, std::move(failed));
+            }
+        }
     }
-    counts.decoded_rows = static_cast<int>(running.size());
     if (on_step_) on_step_(counts);
 }
 

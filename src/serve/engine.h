@@ -2,12 +2,11 @@
 // The server's generation engine (continuous batching): up to `parallel` sequences live at
 // once, each in a slot with its own KV cache from a pool allocated (and checked against
 // memory) at start-up, and a bounded queue of requests waiting for a slot. One worker thread
-// runs steps: each request whose prompt has not all run runs its next chunk of it (so a long
-// prompt delays the live sequences' tokens by a chunk a step, not by the whole prompt), then
-// every live sequence whose prompt has run takes its next token, all of them in one batch
-// (InferenceSession::run_batch), so the weights are read once per step for all of them; a
-// request that ends or is cancelled frees its slot at once, and a waiting one takes it at the
-// next step.
+// runs steps, each one batch (InferenceSession::run_batch), so the weights are read once per
+// step for all its rows: the next chunk of each prompt not yet run (so a long prompt delays the
+// live sequences' tokens by a chunk a step, not by the whole prompt) and the next token of every
+// live sequence whose prompt has run; a request that ends or is cancelled frees its slot at
+// once, and a waiting one takes it at the next step.
 //
 // Each sequence is a Generation (infer/generation.h), the class `dqt generate` runs, and a
 // batch's logits are each sequence's own, bit for bit: a request gives the tokens the command
@@ -33,7 +32,8 @@ namespace dqt {
 // What one engine step ran.
 struct EngineStep {
     int prompt_tokens = 0;  // of the prompts' chunks, all slots together
-    int decoded_rows = 0;   // sequences whose next token ran in the step's batch
+    int decoded_rows = 0;   // sequences whose next token ran
+    int forwards = 0;       // forward passes run: 1, or 0 when nothing was left to run
 };
 
 struct EngineOptions {
@@ -118,9 +118,8 @@ private:
         bool busy = false;
     };
     void run();
-    // One step of every busy slot: a chunk of each prompt not yet run, then for all live
-    // sequences whose prompt has run the next token, together in one batch; frees each slot
-    // whose request ends.
+    // One step of every busy slot, in one batch: a chunk of each prompt not yet run, and the
+    // next token of every live sequence whose prompt has run; frees each slot whose request ends.
     void step_all();
     // Ends the slot's request with `update` (its end, or an error) and frees the slot.
     void finish(Slot& slot, StreamUpdate update);
