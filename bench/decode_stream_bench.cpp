@@ -1,7 +1,7 @@
 // What sets the rate at which one thread's ternary decode reads its weights from memory: the
 // decode kernel's inner loop (kernels/ternary_tiles.cpp: small_batch_tiles<1> for AVX-512 VNNI,
-// ternary_decode_rows_avx2 for AVX2) reduced to one stream of packed rows against one
-// activation row held in L1, in its variants:
+// row_dots_avx2<1> for AVX2) reduced to one stream of packed rows against one activation row
+// held in L1, in its variants:
 //   - codes shifted down then masked, as the kernels do, or masked in place (AVX-512: four
 //     position masks, each dpbusd sum scaled back at the row's end; AVX2, where maddubs sums
 //     in 16 bits: one shift by 4 and two masks, the codes at bits 2-3 summed apart, times 4),
@@ -117,7 +117,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) int64_t stream_
     return total;
 }
 
-// The same sum on AVX2, in the order ternary_decode_rows_avx2 reads the activations
+// The same sum on AVX2, in the order ternary_small_batch_rows_avx2 reads the activations
 // (interleave_group_for_codes for AVX2): a[256b + 128h + 32n + m] meets the code at bits 2n
 // of byte m of half h of block b. maddubs sums pairs into 16 bits, so sums are widened to 32
 // bits once per half (shifted, as the kernel does) or once per block (masked: a block's unit

@@ -100,32 +100,54 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
 
 // Random codes (rows, cols) times n random activation rows on the AVX-512 VNNI path, against
 // the reference, bit for bit.
-void expect_vnni_product_exact(std::mt19937& rng, int rows, int cols, int n, float gamma) {
-    const auto q = random_codes(rng, rows * cols);
+void expect_product_exact(const std::vector<int8_t>& q, const std::vector<float>& x, int rows, int cols, int n,
+                          float gamma, IntegerIsa isa) {
     const TernaryMatrix w = pack_ternary(q.data(), rows, cols, gamma);
-    const auto x = random_rows(rng, n * cols);
     Int8Rows a;
     quantize_rows_int8(x.data(), n, cols, a);
-    std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
+    const size_t count = static_cast<size_t>(n) * rows;
+    std::vector<float> expected(count), got(count, NAN);
     ternary_matmul_reference(w, a, expected.data());
-    ternary_matmul(w, a, got.data(), IntegerIsa::avx512_vnni);
+    ternary_matmul(w, a, got.data(), isa);
     for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], expected[i]) << "rows " << rows << " cols " << cols << " batch " << n << " at " << i;
+        ASSERT_EQ(got[i], expected[i]) << integer_isa_name(isa) << " rows " << rows << " cols " << cols << " batch "
+                                       << n << " at " << i;
 }
 
-// The small-batch kernel splits its rows into groups (1, 3 or 4 rows; kernels/ternary_tiles.cpp):
-// every row count it serves, so every split, against the reference.
-TEST(TernaryMatmul, SmallBatchKernelMatchesTheReferenceAtEveryRowCount) {
-    if (!integer_isa_supported(IntegerIsa::avx512_vnni)) GTEST_SKIP() << "no AVX-512 VNNI here";
+void expect_vnni_product_exact(std::mt19937& rng, int rows, int cols, int n, float gamma) {
+    const auto q = random_codes(rng, rows * cols);
+    expect_product_exact(q, random_rows(rng, n * cols), rows, cols, n, gamma, IntegerIsa::avx512_vnni);
+}
+
+// The small-batch kernels (kernels/ternary_tiles.cpp) split their rows into groups (AVX-512: 1,
+// 3 or 4 rows; AVX2: 4 at a time): every row count they serve, so every split, against the
+// reference, on random shapes and at the 16-bit partial sums' extremes (every code 1, every
+// activation +-127, long rows).
+TEST(TernaryMatmul, SmallBatchKernelsMatchTheReferenceAtEveryRowCount) {
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE(dqt::testing::seed_trace(seed));
     std::mt19937 rng(static_cast<uint32_t>(seed));
     std::uniform_int_distribution<int> dim(1, 600);
-    for (int n = 1; n <= kSmallBatchMaxRows; ++n) {
-        const int rows = dim(rng), cols = dim(rng);
-        expect_vnni_product_exact(rng, rows, cols, n, 0.031f);
-        if (::testing::Test::HasFatalFailure()) return;
+    bool ran = false;
+    for (const IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+        if (!integer_isa_supported(isa)) continue;
+        ran = true;
+        for (int n = 1; n <= kSmallBatchMaxRows; ++n) {
+            const int rows = dim(rng), cols = dim(rng);
+            const auto q = random_codes(rng, rows * cols);
+            expect_product_exact(q, random_rows(rng, n * cols), rows, cols, n, 0.031f, isa);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+        const int rows = 20, cols = 2600, n = 6;
+        std::vector<float> extremes(static_cast<size_t>(n) * cols, 1.0f);
+        std::fill(extremes.begin() + 2 * cols, extremes.begin() + 4 * cols, -1.0f);
+        for (const int8_t code : {int8_t{1}, int8_t{-1}}) {
+            expect_product_exact(std::vector<int8_t>(static_cast<size_t>(rows) * cols, code), extremes, rows, cols, n,
+                                 0.5f, isa);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
     }
+    if (!ran) GTEST_SKIP() << "no AVX2 here";
 }
 
 // A prompt's many rows go to oneDNN's int8 GEMM over unpacked codes (where the int8 product's

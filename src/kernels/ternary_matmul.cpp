@@ -126,22 +126,18 @@ void ternary_matmul(const TernaryMatrix& w, const Int8Rows& x, float* out, Integ
 void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end,
                          IntegerIsa isa) {
     check_operands(w, x, isa);
-    if (x.rows <= kSmallBatchMaxRows && isa == IntegerIsa::avx512_vnni) {
+    const int blocks = w.padded_cols / kTernaryBlock;
+    if (x.rows <= kSmallBatchMaxRows && (isa == IntegerIsa::avx512_vnni || isa == IntegerIsa::avx2)) {
         float factors[kSmallBatchMaxRows];
         for (int r = 0; r < x.rows; ++r) factors[r] = int8_output_factor(w.gamma, x.scales[r]);
-        ternary_small_batch_rows_avx512_vnni(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0),
-                                             static_cast<size_t>(x.padded_cols), x.rows, x.sums.data(), factors,
-                                             w.padded_cols / kTernaryBlock, out, static_cast<size_t>(w.rows));
+        const auto small_batch =
+            isa == IntegerIsa::avx512_vnni ? ternary_small_batch_rows_avx512_vnni : ternary_small_batch_rows_avx2;
+        small_batch(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), static_cast<size_t>(x.padded_cols),
+                    x.rows, x.sums.data(), factors, blocks, out, static_cast<size_t>(w.rows));
         return;
     }
-    const int blocks = w.padded_cols / kTernaryBlock;
-    if (x.rows > kSmallBatchMaxRows && int8_matmul_uses_onednn(x.rows, x.padded_cols, isa)) {
+    if (int8_matmul_uses_onednn(x.rows, x.padded_cols, isa)) {
         onednn_rows(w, x, out, row_begin, row_end);
-        return;
-    }
-    if (x.rows == 1 && isa == IntegerIsa::avx2) {
-        ternary_decode_rows_avx2(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), x.sums[0],
-                                 int8_output_factor(w.gamma, x.scales[0]), blocks, out);
         return;
     }
     const TernaryTileKernel kernel = tile_kernel(isa);

@@ -340,42 +340,74 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
 }
 #pragma GCC diagnostic pop
 
-// ---- AVX2, decode: one activation row, each weight row streamed whole ----------------------
+// ---- AVX2, decode and small batches: each weight row streamed whole ------------------------
 //
-// The memory-bound shape on a CPU without AVX-512 (an AMD Zen 3 here): as the AVX-512 decode
-// tile, each row is read front to back with its stream prefetched kStreamPrefetchBytes ahead
-// into L2; the tile kernel above (4 rows side by side, no prefetch) is for prompts. A block's
-// two 32-byte halves keep one accumulator each, two independent chains. Products as tile_avx2's:
-// maddubs of (q + 1) in {0, 1, 2} and s8 activations, at most 2048 a s16 lane over a half.
-__attribute__((target("avx2"))) void ternary_decode_rows_avx2(const uint8_t* packed, size_t row_bytes,
-                                                              int row_begin, int row_end, const int8_t* a,
-                                                              int32_t a_sum, float factor, int blocks, float* out) {
+// The memory-bound shape on a CPU without AVX-512 (an AMD Zen 3, a Zen 4 whose VM hides AVX-512):
+// as the AVX-512 decode tile, each row is read front to back with its stream prefetched
+// kStreamPrefetchBytes ahead into L2; the tile kernel above (4 rows side by side, no prefetch)
+// is for prompts. Each 32-byte half of a block is unpacked into its four code vectors once for a
+// group of up to four activation rows; a batch of more rows passes the row again, group by
+// group, from L1. Products as tile_avx2's: maddubs of (q + 1) in {0, 1, 2} and s8 activations,
+// at most 2048 a s16 lane over a half.
+
+// dots[i] = sum over the row of (q + 1) * a_i for R activation rows a_stride apart.
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const uint8_t* row, const int8_t* a,
+                                                                         size_t a_stride, int blocks, bool prefetch,
+                                                                         int32_t* dots) {
     const __m256i low2 = _mm256_set1_epi8(3);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    for (int r = row_begin; r < row_end; ++r) {
-        const uint8_t* row = packed + static_cast<size_t>(r) * row_bytes;
-        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        for (int b = 0; b < blocks; ++b) {
-            const uint8_t* block = row + static_cast<size_t>(b) * kTernaryBlockBytes;
-            _mm_prefetch(reinterpret_cast<const char*>(block + kStreamPrefetchBytes), _MM_HINT_T1);
-            const int8_t* block_a = a + static_cast<size_t>(b) * kTernaryBlock;
+    __m256i acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_si256();
+    for (int b = 0; b < blocks; ++b) {
+        const uint8_t* block = row + static_cast<size_t>(b) * kTernaryBlockBytes;
+        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(block + kStreamPrefetchBytes), _MM_HINT_T1);
 #pragma GCC unroll 2
-            for (int half = 0; half < 2; ++half) {
-                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * half));
-                const int8_t* half_a = block_a + 128 * half;
-                __m256i sum16 = _mm256_maddubs_epi16(_mm256_and_si256(w, low2),
-                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half_a)));
-#pragma GCC unroll 3
-                for (int n = 1; n < 4; ++n) {
-                    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(w, 2 * n), low2);
-                    sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(codes, _mm256_loadu_si256(
-                                                                                    reinterpret_cast<const __m256i*>(
-                                                                                        half_a + 32 * n))));
-                }
-                acc[half] = _mm256_add_epi32(acc[half], _mm256_madd_epi16(sum16, ones16));
+        for (int half = 0; half < 2; ++half) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * half));
+            __m256i codes[4];
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; ++n) codes[n] = _mm256_and_si256(_mm256_srli_epi16(w, 2 * n), low2);
+            const size_t offset = static_cast<size_t>(b) * kTernaryBlock + 128 * half;
+#pragma GCC unroll 4
+            for (int i = 0; i < R; ++i) {
+                const int8_t* half_a = a + i * a_stride + offset;
+                __m256i sum16 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int n = 0; n < 4; ++n)
+                    sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(codes[n], _mm256_loadu_si256(
+                                                                                 reinterpret_cast<const __m256i*>(
+                                                                                     half_a + 32 * n))));
+                acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(sum16, ones16));
             }
         }
-        out[r] = factor * static_cast<float>(sum_lanes_avx2(_mm256_add_epi32(acc[0], acc[1])) - a_sum);
+    }
+    for (int i = 0; i < R; ++i) dots[i] = sum_lanes_avx2(acc[i]);
+}
+
+__attribute__((target("avx2"))) void ternary_small_batch_rows_avx2(const uint8_t* packed, size_t row_bytes,
+                                                                   int row_begin, int row_end, const int8_t* a,
+                                                                   size_t a_stride, int a_rows, const int32_t* a_sums,
+                                                                   const float* factors, int blocks, float* out,
+                                                                   size_t out_stride) {
+    constexpr int kGroupRows = 4;
+    for (int r = row_begin; r < row_end; ++r) {
+        const uint8_t* row = packed + static_cast<size_t>(r) * row_bytes;
+        for (int first = 0; first < a_rows; first += kGroupRows) {
+            const int count = std::min(kGroupRows, a_rows - first);
+            const int8_t* group_a = a + static_cast<size_t>(first) * a_stride;
+            const bool prefetch = first == 0;  // later groups find the row in L1
+            int32_t dots[kGroupRows];
+            switch (count) {
+                case 1: row_dots_avx2<1>(row, group_a, a_stride, blocks, prefetch, dots); break;
+                case 2: row_dots_avx2<2>(row, group_a, a_stride, blocks, prefetch, dots); break;
+                case 3: row_dots_avx2<3>(row, group_a, a_stride, blocks, prefetch, dots); break;
+                default: row_dots_avx2<4>(row, group_a, a_stride, blocks, prefetch, dots); break;
+            }
+            for (int i = 0; i < count; ++i)
+                out[static_cast<size_t>(first + i) * out_stride + r] =
+                    factors[first + i] * static_cast<float>(dots[i] - a_sums[first + i]);
+        }
     }
 }
 

@@ -32,11 +32,14 @@ void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_byte
                                           const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
                                           const float* factors, int blocks, float* out, size_t out_stride);
 
-// Decode on AVX2 (one activation row a, blocks * 256 values): weight rows [row_begin,
-// row_end) of packed rows (row_bytes apart), written as out[o] = factor * (dot(o) - a_sum).
-// Each weight row is read whole, in address order, its stream prefetched into L2.
-void ternary_decode_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a,
-                              int32_t a_sum, float factor, int blocks, float* out);
+// Decode and small batches on AVX2 (a_rows activation rows a_stride apart, blocks * 256 values
+// each), as ternary_small_batch_rows_avx512_vnni: weight rows [row_begin, row_end) of packed
+// rows (row_bytes apart), out[i * out_stride + o] = factors[i] * (dot_i(o) - a_sums[i]). Each
+// weight row is read whole, in address order, its stream prefetched into L2, and each of its
+// blocks unpacked once for every four activation rows.
+void ternary_small_batch_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
+                                   const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
+                                   const float* factors, int blocks, float* out, size_t out_stride);
 
 // Packed rows [first_row, first_row + count) (row_bytes apart, blocks of 256 weights each) as
 // int8 codes q in {-1, 0, 1}: codes (count, blocks * 256) row-major. AVX2: the prompt path hands
