@@ -265,7 +265,8 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnRun) {
                         EXPECT_EQ(batched[s]->position(), alone[s]->position());
                     }
                 }
-                const int32_t zeros[T] = {};
+                const std::vector<int32_t> zero_tokens(static_cast<size_t>(T), 0);
+                const int32_t* zeros = zero_tokens.data();
                 const auto refused = [&](std::vector<InferenceSession::BatchPart> parts) {
                     EXPECT_THROW(InferenceSession::run_batch(parts), Error);
                     EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
