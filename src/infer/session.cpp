@@ -146,18 +146,19 @@ void InferenceSession::RowScratch::reserve(const ModelConfig& c, int n) {
     ffn_input.reshape(n, c.ffn_dim);
 }
 
-std::vector<InferenceSession::ProductRows> InferenceSession::product_rows(std::span<const int> group_rows) {
-    std::vector<ProductRows> runs;
+void InferenceSession::plan_product_rows(std::span<const RowGroup> groups, LogitRows rows,
+                                         std::vector<ProductRows>& runs) {
+    runs.clear();
     int first = 0;
-    for (const int rows : group_rows) {
-        if (rows == 1 && !runs.empty() && !runs.back().whole) {
+    for (const RowGroup& group : groups) {
+        const int count = rows == LogitRows::all ? group.rows : 1;
+        if (count == 1 && !runs.empty() && !runs.back().whole) {
             ++runs.back().count;
         } else {
-            runs.push_back({first, rows, rows > 1});
+            runs.push_back({first, count, count > 1});
         }
-        first += rows;
+        first += count;
     }
-    return runs;
 }
 
 void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& input, float* out,
@@ -176,7 +177,7 @@ void InferenceSession::multiply(const InferenceLinear& w, const ProductInput& in
         case LinearFormat::dense:
             for (const ProductRows& run : rows) {
                 multiply_dense(w, input.rows + static_cast<size_t>(run.first) * w.cols,
-                               out + static_cast<size_t>(run.first) * w.rows, run.count, run.whole ? run.count : 1,
+                               out + static_cast<size_t>(run.first) * w.rows, run.count, run.rows_per_product(),
                                first_row, last_row,
                                [&](int block, int) { return w.dense + static_cast<size_t>(block) * w.cols; });
             }
@@ -429,7 +430,7 @@ void InferenceSession::run_head(const float* x) {
     if (head.format == LinearFormat::dense) {
         // model_forward's call for a sequence's rows, the whole head on the library's threads.
         for (const ProductRows& run : head_rows_) {
-            const int step = run.whole ? run.count : 1;
+            const int step = run.rows_per_product();
             for (int r = run.first; r < run.first + run.count; r += step) {
                 linear_forward(logits_.data() + static_cast<size_t>(r) * head.rows,
                                normed_.data() + static_cast<size_t>(r) * head.cols, head.dense, step, head.cols,
@@ -457,16 +458,13 @@ void check_tokens(const int32_t* tokens, int n, int vocab) {
 
 void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
     // Only the rows whose logits are wanted go through the final norm and the head.
-    std::vector<int> group_rows, head_group_rows;
     head_sources_.clear();
     for (const RowGroup& g : groups_) {
-        group_rows.push_back(g.rows);
         const int head_rows = rows == LogitRows::all ? g.rows : 1;
-        head_group_rows.push_back(head_rows);
         for (int r = g.first_row + g.rows - head_rows; r < g.first_row + g.rows; ++r) head_sources_.push_back(r);
     }
-    block_rows_ = product_rows(group_rows);
-    head_rows_ = product_rows(head_group_rows);
+    plan_product_rows(groups_, LogitRows::all, block_rows_);
+    plan_product_rows(groups_, rows, head_rows_);
     // One team for all blocks: its threads meet at four barriers per block (docs/results.md),
     // team_barrier_'s rather than the runtime's, which cost several times more.
     const int team = std::max(1, omp_get_max_threads());

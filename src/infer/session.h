@@ -165,9 +165,11 @@ private:
     struct ProductRows {
         int first, count;
         bool whole;
+        int rows_per_product() const { return whole ? count : 1; }
     };
-    // Splits rows grouped by `group_rows` (consecutive groups' sizes) into ProductRows.
-    static std::vector<ProductRows> product_rows(std::span<const int> group_rows);
+    // runs = the rows of `groups` as ProductRows: each group's rows (all), or its last row
+    // (last), numbered consecutively.
+    static void plan_product_rows(std::span<const RowGroup> groups, LogitRows rows, std::vector<ProductRows>& runs);
     // Weight rows [first_row, last_row) of w times the input's rows, into those columns of out
     // (n, w.rows); `rows` covers the input's n rows.
     void multiply(const InferenceLinear& w, const ProductInput& input, float* out, std::span<const ProductRows> rows,

@@ -782,8 +782,14 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, cons
     const int group = heads / kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const ptrdiff_t probs_stride = round_up(first_pos + rows, kTileCols);
-    std::vector<float> scores(static_cast<size_t>(kDecodeRowBlock * probs_stride));
-    std::vector<float> probs(scores.size());
+    // (kDecodeRowBlock, probs_stride) each, grown once per thread rather than allocated per call
+    // (a batch's decode step calls this for every sequence, layer and share of heads).
+    thread_local std::vector<float> scores, probs;
+    const size_t block_floats = static_cast<size_t>(kDecodeRowBlock * probs_stride);
+    if (scores.size() < block_floats) {
+        scores.resize(block_floats);
+        probs.resize(block_floats);
+    }
     auto by_blocks = [&](auto part) {
         using Part = typename decltype(part)::type;
         for (int h = head_begin; h < head_end; ++h) {
