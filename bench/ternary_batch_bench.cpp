@@ -1,14 +1,16 @@
 // The ternary product at decode and small-batch shapes (1 to 16 activation rows), one thread,
-// beside its two limits measured in the same process: how many int8 dot-product instructions
-// (AVX-512 VNNI vpdpbusd, 64 multiply-adds each) this core retires a second when nothing else
-// holds them back, and how many bytes a second it reads beyond the cache. The weights are the linear layers of dqt's 154M bench model
+// beside its two limits measured in the same process: how many multiply-add instructions this
+// core retires a second when nothing else holds them back (AVX-512 VNNI vpdpbusd, 64 int8
+// multiply-adds each; on a CPU without it, AVX2 vpmaddubsw, 32), and how many bytes a second it
+// reads beyond the cache. The weights are the linear layers of dqt's 154M bench model
 // (dim 1024, 12 layers, FFN 2816; with --2b, of BitNet b1.58 2B4T's shape: dim 2560, 5 kv heads
 // of 128, FFN 6912), replicated until they span at least 4x the last-level cache,
 // so every row count reads its weights from memory, as a served model larger than the cache does.
 //
-//   build/bench_ternary_batch            rows 1, 2, 4, 8, 12, 16
+//   build/bench_ternary_batch            rows 1, 2, 4, 8, 12, 16, on the best path of this CPU
 //   build/bench_ternary_batch 1 3 8      the given row counts
 //   build/bench_ternary_batch --2b 4 8   the 2B shape's layers (rows of 2560 and 6912 weights)
+//   build/bench_ternary_batch --avx2     the AVX2 path (and its limit) on a CPU with AVX-512 too
 #include <immintrin.h>
 #include <omp.h>
 
@@ -32,28 +34,50 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// vpdpbusd a second on one core with 16 independent accumulators and register operands: the
-// limit a product kernel could reach if loads, code unpacking and sums cost nothing.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) double vnni_peak_per_second() {
-    __m512i acc[16];
-    for (int k = 0; k < 16; ++k) acc[k] = _mm512_set1_epi32(k);
-    // Operands from memory the compiler cannot see through, so the loop is not folded away.
-    static volatile int8_t unsigned_byte = 1, signed_byte = -1;
-    const __m512i u = _mm512_set1_epi8(unsigned_byte), s = _mm512_set1_epi8(signed_byte);
-    constexpr long kIterations = 20'000'000;
+// Instructions a second on one core with independent accumulators (more than latency times
+// throughput) and register operands: the limit a product kernel could reach if loads, code
+// unpacking and sums cost nothing.
+constexpr long kIterations = 20'000'000;
+constexpr int kChains = 8;  // and the operand: 9 of AVX2's 16 vector registers, so none spills
+// The best of 5 timings of chains(), which retires kChains * kIterations instructions.
+template <typename Chains>
+double best_rate(Chains chains) {
     double best = 0;
     for (int repeat = 0; repeat < 5; ++repeat) {
         const auto start = Clock::now();
-        for (long it = 0; it < kIterations; ++it) {
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; ++k) acc[k] = dqt::dpbusd(acc[k], u, s);
-        }
-        best = std::max(best, 16.0 * kIterations / seconds_since(start));
+        chains();
+        best = std::max(best, double{kChains} * kIterations / seconds_since(start));
     }
-    int32_t sink = 0;
-    for (int k = 0; k < 16; ++k) sink += _mm512_cvtsi512_si32(acc[k]);
-    if (sink == 42) std::puts("");  // the accumulators are used
     return best;
+}
+
+// Operands from memory the compiler cannot see through, so the loops are not folded away.
+volatile int8_t unsigned_byte = 1, signed_byte = -1;
+volatile int sink = 0;
+
+// vpdpbusd: 64 multiply-adds each. The accumulators live in the timed function, in registers.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_chains() {
+    __m512i acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+    const __m512i u = _mm512_set1_epi8(unsigned_byte), s = _mm512_set1_epi8(signed_byte);
+    for (long it = 0; it < kIterations; ++it) {
+#pragma GCC unroll 16
+        for (int k = 0; k < kChains; ++k) acc[k] = dqt::dpbusd(acc[k], u, s);
+    }
+    for (int k = 0; k < kChains; ++k) sink = sink + _mm512_cvtsi512_si32(acc[k]);  // the accumulators are used
+}
+
+// vpmaddubsw: 32 multiply-adds each (pairs summed into int16 lanes); each chain feeds its result
+// back as the unsigned operand.
+__attribute__((target("avx2"))) void maddubs_chains() {
+    __m256i acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi8(unsigned_byte);
+    const __m256i s = _mm256_set1_epi8(signed_byte);
+    for (long it = 0; it < kIterations; ++it) {
+#pragma GCC unroll 16
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_maddubs_epi16(acc[k], s);
+    }
+    for (int k = 0; k < kChains; ++k) sink = sink + _mm256_extract_epi32(acc[k], 0);  // the accumulators are used
 }
 
 struct Layer {
@@ -63,15 +87,16 @@ struct Layer {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (!dqt::integer_isa_supported(dqt::IntegerIsa::avx512_vnni)) {
-        std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX-512 VNNI, the path it times\n");
-        return 1;
-    }
     std::vector<int> row_counts = {1, 2, 4, 8, 12, 16}, asked;
     bool shape_2b = false;
+    dqt::IntegerIsa isa = dqt::best_integer_isa();
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--2b") == 0) {
             shape_2b = true;
+            continue;
+        }
+        if (std::strcmp(argv[i], "--avx2") == 0) {
+            isa = dqt::IntegerIsa::avx2;
             continue;
         }
         const int rows = std::atoi(argv[i]);
@@ -82,6 +107,13 @@ int main(int argc, char** argv) {
         asked.push_back(rows);
     }
     if (!asked.empty()) row_counts = asked;
+    if (isa == dqt::IntegerIsa::scalar || !dqt::integer_isa_supported(isa)) {
+        std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX2, the least of the paths it times\n");
+        return 1;
+    }
+    const bool vnni = isa == dqt::IntegerIsa::avx512_vnni;
+    const int macs_per_instruction = vnni ? 64 : 32;
+    const char* instruction = vnni ? "vpdpbusd" : "vpmaddubsw";
     // One block's linears as (rows, cols): q, k, v, o, gate, up, down.
     const int dim = shape_2b ? 2560 : 1024, kv_dim = shape_2b ? 640 : 1024, ffn = shape_2b ? 6912 : 2816;
     const std::vector<Layer> block = {{dim, dim}, {kv_dim, dim}, {kv_dim, dim}, {dim, dim},
@@ -103,14 +135,16 @@ int main(int argc, char** argv) {
             macs_per_row += static_cast<uint64_t>(l.rows) * weights.back().padded_cols;
         }
     }
-    const double peak = vnni_peak_per_second();
+    const double peak = best_rate(vnni ? vnni_chains : maddubs_chains);
     omp_set_num_threads(1);  // the bandwidth passes run on the kernel's one thread
     dqt::ReadBandwidth bandwidth(cache);
     for (int pass = 0; pass < 5; ++pass) bandwidth.measure_pass();
-    std::printf("bench_ternary_batch: %d blocks of the %s model, %.1f MB of ternary weights (last-level cache %.1f MiB), 1 thread\n",
-                copies, shape_2b ? "2B" : "154M", weight_bytes / 1e6, cache / 1048576.0);
-    std::printf("vpdpbusd limit (registers only, same process): %.2f G/s = %.1f G int8 MAC/s\n", peak / 1e9, 64 * peak / 1e9);
-    std::printf("%5s %10s %10s %15s %13s %15s\n", "rows", "pass ms", "G MAC/s", "of VNNI limit", "weight GB/s",
+    std::printf("bench_ternary_batch: %d blocks of the %s model, %.1f MB of ternary weights (last-level cache %.1f MiB), "
+                "1 thread, the %s path\n",
+                copies, shape_2b ? "2B" : "154M", weight_bytes / 1e6, cache / 1048576.0, dqt::integer_isa_name(isa));
+    std::printf("%s limit (registers only, same process): %.2f G/s = %.1f G int8 MAC/s\n", instruction, peak / 1e9,
+                macs_per_instruction * peak / 1e9);
+    std::printf("%5s %10s %10s %15s %13s %15s\n", "rows", "pass ms", "G MAC/s", "of MAC limit", "weight GB/s",
                 "of read limit");
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (const int rows : row_counts) {
@@ -128,13 +162,13 @@ int main(int argc, char** argv) {
             const auto start = Clock::now();
             for (const dqt::TernaryMatrix& w : weights) {
                 const dqt::Int8Rows& x = inputs[w.cols == dim ? 0 : 1];
-                dqt::ternary_matmul_rows(w, x, out.data(), 0, w.rows, dqt::IntegerIsa::avx512_vnni);
+                dqt::ternary_matmul_rows(w, x, out.data(), 0, w.rows, isa);
             }
             best = std::min(best, seconds_since(start));
         }
         const double macs = static_cast<double>(macs_per_row) * rows;
         std::printf("%5d %10.2f %10.1f %14.0f%% %13.1f %14.0f%%\n", rows, best * 1e3, macs / best / 1e9,
-                    100.0 * macs / 64 / best / peak, weight_bytes / best / 1e9,
+                    100.0 * macs / macs_per_instruction / best / peak, weight_bytes / best / 1e9,
                     100.0 * weight_bytes / best / bandwidth.bytes_per_second());
     }
     std::printf("read limit (1 thread, best pass over %.0f MiB, 5 before and one between the timed passes): %.1f GB/s\n",
