@@ -38,15 +38,16 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // throughput) and register operands: the limit a product kernel could reach if loads, code
 // unpacking and sums cost nothing.
 constexpr long kIterations = 20'000'000;
-constexpr int kChains = 8;  // and the operand: 9 of AVX2's 16 vector registers, so none spills
-// The best of 5 timings of chains(), which retires kChains * kIterations instructions.
+constexpr int kVnniChains = 16;   // of AVX-512's 32 vector registers
+constexpr int kMaddubsChains = 8;  // and the operand: 9 of AVX2's 16, so none spills (12 did)
+// The best of 5 timings of chains(), which retires `instructions` instructions.
 template <typename Chains>
-double best_rate(Chains chains) {
+double best_rate(Chains chains, double instructions) {
     double best = 0;
     for (int repeat = 0; repeat < 5; ++repeat) {
         const auto start = Clock::now();
         chains();
-        best = std::max(best, double{kChains} * kIterations / seconds_since(start));
+        best = std::max(best, instructions / seconds_since(start));
     }
     return best;
 }
@@ -57,27 +58,27 @@ volatile int sink = 0;
 
 // vpdpbusd: 64 multiply-adds each. The accumulators live in the timed function, in registers.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_chains() {
-    __m512i acc[kChains];
-    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+    __m512i acc[kVnniChains];
+    for (int k = 0; k < kVnniChains; ++k) acc[k] = _mm512_set1_epi32(k);
     const __m512i u = _mm512_set1_epi8(unsigned_byte), s = _mm512_set1_epi8(signed_byte);
     for (long it = 0; it < kIterations; ++it) {
 #pragma GCC unroll 16
-        for (int k = 0; k < kChains; ++k) acc[k] = dqt::dpbusd(acc[k], u, s);
+        for (int k = 0; k < kVnniChains; ++k) acc[k] = dqt::dpbusd(acc[k], u, s);
     }
-    for (int k = 0; k < kChains; ++k) sink = sink + _mm512_cvtsi512_si32(acc[k]);  // the accumulators are used
+    for (int k = 0; k < kVnniChains; ++k) sink = sink + _mm512_cvtsi512_si32(acc[k]);  // the accumulators are used
 }
 
 // vpmaddubsw: 32 multiply-adds each (pairs summed into int16 lanes); each chain feeds its result
 // back as the unsigned operand.
 __attribute__((target("avx2"))) void maddubs_chains() {
-    __m256i acc[kChains];
-    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi8(unsigned_byte);
+    __m256i acc[kMaddubsChains];
+    for (int k = 0; k < kMaddubsChains; ++k) acc[k] = _mm256_set1_epi8(unsigned_byte);
     const __m256i s = _mm256_set1_epi8(signed_byte);
     for (long it = 0; it < kIterations; ++it) {
 #pragma GCC unroll 16
-        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_maddubs_epi16(acc[k], s);
+        for (int k = 0; k < kMaddubsChains; ++k) acc[k] = _mm256_maddubs_epi16(acc[k], s);
     }
-    for (int k = 0; k < kChains; ++k) sink = sink + _mm256_extract_epi32(acc[k], 0);  // the accumulators are used
+    for (int k = 0; k < kMaddubsChains; ++k) sink = sink + _mm256_extract_epi32(acc[k], 0);  // the accumulators are used
 }
 
 struct Layer {
@@ -135,7 +136,8 @@ int main(int argc, char** argv) {
             macs_per_row += static_cast<uint64_t>(l.rows) * weights.back().padded_cols;
         }
     }
-    const double peak = best_rate(vnni ? vnni_chains : maddubs_chains);
+    const double peak = vnni ? best_rate(vnni_chains, double{kVnniChains} * kIterations)
+                              : best_rate(maddubs_chains, double{kMaddubsChains} * kIterations);
     omp_set_num_threads(1);  // the bandwidth passes run on the kernel's one thread
     dqt::ReadBandwidth bandwidth(cache);
     for (int pass = 0; pass < 5; ++pass) bandwidth.measure_pass();
