@@ -1,6 +1,6 @@
 // What sets the rate at which one thread's ternary decode reads its weights from memory: the
 // decode kernel's inner loop (kernels/ternary_tiles.cpp: small_batch_tiles<1> for AVX-512 VNNI,
-// row_dots_avx2<1> for AVX2) reduced to one stream of packed rows against one activation row
+// row_dot_avx2 for AVX2) reduced to one stream of packed rows against one activation row
 // held in L1, in its variants:
 //   - codes shifted down then masked, as the kernels do, or masked in place (AVX-512: four
 //     position masks, each dpbusd sum scaled back at the row's end; AVX2, where maddubs sums
@@ -120,7 +120,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) int64_t stream_
 // The same sum on AVX2, in the order ternary_small_batch_rows_avx2 reads the activations
 // (interleave_group_for_codes for AVX2): a[256b + 128h + 32n + m] meets the code at bits 2n
 // of byte m of half h of block b. maddubs sums pairs into 16 bits, so sums are widened to 32
-// bits once per half (shifted, as the kernel does) or once per block (masked: a block's unit
+// bits once per half (shifted, as the kernel's several-row groups do) or once per block (masked,
+// as its lone row does, which widens once per 3 blocks: a block's unit
 // codes sum to at most 4 x 2 x 2 x 127 = 2,032 a lane, its codes kept times 4 to 8,128).
 __attribute__((target("avx2"), always_inline)) inline __m256i activations(const int8_t* at) {
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(at));
