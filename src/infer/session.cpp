@@ -151,7 +151,7 @@ void InferenceSession::plan_product_rows(std::span<const RowGroup> groups, Logit
     runs.clear();
     int first = 0;
     for (const RowGroup& group : groups) {
-        const int count = rows == LogitRows::all ? group.rows : 1;
+        const int count = group.kept_rows(rows);
         if (count == 1 && !runs.empty() && !runs.back().whole) {
             ++runs.back().count;
         } else {
@@ -460,8 +460,8 @@ void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
     // Only the rows whose logits are wanted go through the final norm and the head.
     head_sources_.clear();
     for (const RowGroup& g : groups_) {
-        const int head_rows = rows == LogitRows::all ? g.rows : 1;
-        for (int r = g.first_row + g.rows - head_rows; r < g.first_row + g.rows; ++r) head_sources_.push_back(r);
+        const int end = g.first_row + g.rows;
+        for (int r = end - g.kept_rows(rows); r < end; ++r) head_sources_.push_back(r);
     }
     plan_product_rows(groups_, LogitRows::all, block_rows_);
     plan_product_rows(groups_, rows, head_rows_);

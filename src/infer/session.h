@@ -158,6 +158,8 @@ private:
         KvCache* cache;
         int pos;
         int first_row, rows;
+        // How many of its rows `wanted` keeps, counted from its last: all, or the last one.
+        int kept_rows(LogitRows wanted) const { return wanted == LogitRows::all ? rows : 1; }
     };
     // Rows a dense or half product computes together, as run() computes one sequence's rows
     // alone: a group of several rows (a prompt or its chunk) in one gemm (`whole`), a stretch of

@@ -350,6 +350,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
 // group, from L1. Products as tile_avx2's: maddubs of (q + 1) in {0, 1, 2} and s8 activations,
 // at most 2048 a s16 lane over a half.
 
+// 32 activations at `at`.
+__attribute__((target("avx2"), always_inline)) inline __m256i activations(const int8_t* at) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+}
+
 // dots[i] = sum over the row of (q + 1) * a_i for R activation rows a_stride apart.
 template <int R>
 __attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const uint8_t* row, const int8_t* a,
@@ -375,9 +380,7 @@ __attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const u
                 __m256i sum16 = _mm256_setzero_si256();
 #pragma GCC unroll 4
                 for (int n = 0; n < 4; ++n)
-                    sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(codes[n], _mm256_loadu_si256(
-                                                                                 reinterpret_cast<const __m256i*>(
-                                                                                     half_a + 32 * n))));
+                    sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(codes[n], activations(half_a + 32 * n)));
                 acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(sum16, ones16));
             }
         }
@@ -394,10 +397,6 @@ __attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const u
 // s16 lane and 4,096 to a four lane, so the s16 sums are widened once per kLoneRowWidenBlocks
 // blocks (24,576 a lane).
 constexpr int kLoneRowWidenBlocks = 3;
-
-__attribute__((target("avx2"), always_inline)) inline __m256i activations(const int8_t* at) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
-}
 
 __attribute__((target("avx2"), always_inline)) inline int32_t row_dot_avx2(const uint8_t* row, const int8_t* a,
                                                                           int blocks, bool prefetch) {
