@@ -346,20 +346,21 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
 // as the AVX-512 decode tile, each row is read front to back with its stream prefetched
 // kStreamPrefetchBytes ahead into L2; the tile kernel above (4 rows side by side, no prefetch)
 // is for prompts. Each 32-byte half of a block is unpacked into its four code vectors once for a
-// group of up to four activation rows; a batch of more rows passes the row again, group by
-// group, from L1. Products as tile_avx2's: maddubs of (q + 1) in {0, 1, 2} and s8 activations,
-// at most 2048 a s16 lane over a half.
+// group of up to four activation rows; a batch of more rows passes eight weight rows at a time
+// again, group by group, from L1 or L2. Products as tile_avx2's: maddubs of (q + 1) in {0, 1, 2}
+// and s8 activations, at most 2048 a s16 lane over a half.
 
 // 32 activations at `at`.
 __attribute__((target("avx2"), always_inline)) inline __m256i activations(const int8_t* at) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
 }
 
-// dots[i] = sum over the row of (q + 1) * a_i for R activation rows a_stride apart.
+// lanes[i] sums to the row's dot with activation row i (sum of (q + 1) * a_i), for R rows
+// a_stride apart.
 template <int R>
-__attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const uint8_t* row, const int8_t* a,
-                                                                         size_t a_stride, int blocks, bool prefetch,
-                                                                         int32_t* dots) {
+__attribute__((target("avx2"), always_inline)) inline void row_group_lanes_avx2(const uint8_t* row, const int8_t* a,
+                                                                                size_t a_stride, int blocks,
+                                                                                bool prefetch, __m256i* lanes) {
     const __m256i low2 = _mm256_set1_epi8(3);
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256i acc[R];
@@ -385,7 +386,7 @@ __attribute__((target("avx2"), always_inline)) inline void row_dots_avx2(const u
             }
         }
     }
-    for (int i = 0; i < R; ++i) dots[i] = sum_lanes_avx2(acc[i]);
+    for (int i = 0; i < R; ++i) lanes[i] = acc[i];
 }
 
 // One activation row (a decode), where the loop's arithmetic, not memory, held a thread back
@@ -430,59 +431,89 @@ __attribute__((target("avx2"), always_inline)) inline __m256i row_lanes_avx2(con
     return lanes;
 }
 
-__attribute__((target("avx2"), always_inline)) inline int32_t row_dot_avx2(const uint8_t* row, const int8_t* a,
-                                                                          int blocks, bool prefetch) {
-    return sum_lanes_avx2(row_lanes_avx2(row, a, blocks, prefetch)) / 4;
+namespace {
+
+// ternary_small_batch_rows_avx2's operands (see kernels/ternary_tiles.h).
+struct SmallBatchOperands {
+    const uint8_t* packed;
+    size_t row_bytes;
+    const int8_t* a;
+    size_t a_stride;
+    const int32_t* a_sums;
+    const float* factors;
+    int blocks;
+    float* out;
+    size_t out_stride;
+};
+
+// Weight rows [r, r + rows) (rows <= 8) against activation rows [first, first + R) of a
+// batch: out[(first + i) * out_stride + o] = factors[first + i] * (dot_i(o) - a_sums[first + i]).
+// Eight weight rows share one lane-sum reduction and one vector epilogue per activation row:
+// done row by row, the epilogue's horizontal sums and scalar stores took about a sixth of a
+// decode's kernel samples on the 2B model's 10-block rows (perf, Zen 4 without AVX-512).
+// kPrefetch is a template argument so the block loops carry no test for it.
+template <int R, bool kPrefetch>
+__attribute__((target("avx2"), always_inline)) inline void weight_rows_avx2(const SmallBatchOperands& op, int r,
+                                                                            int rows, int first) {
+    const int8_t* group_a = op.a + static_cast<size_t>(first) * op.a_stride;
+    __m256i lanes[R][8];
+    for (int k = 0; k < rows; ++k) {
+        const uint8_t* row = op.packed + static_cast<size_t>(r + k) * op.row_bytes;
+        __m256i row_lanes[R];
+        if constexpr (R == 1) {  // the lone row's loop sums 4 x the dot
+            row_lanes[0] = row_lanes_avx2(row, group_a, op.blocks, kPrefetch);
+        } else {
+            row_group_lanes_avx2<R>(row, group_a, op.a_stride, op.blocks, kPrefetch, row_lanes);
+        }
+        for (int i = 0; i < R; ++i) lanes[i][k] = row_lanes[i];
+    }
+    for (int k = rows; k < 8; ++k)
+        for (int i = 0; i < R; ++i) lanes[i][k] = _mm256_setzero_si256();
+    for (int i = 0; i < R; ++i) {
+        __m256i dots = sum_lanes_avx2_x8(lanes[i]);
+        if constexpr (R == 1) dots = _mm256_srai_epi32(dots, 2);  // exact: multiples of 4
+        const __m256 products = _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, _mm256_set1_epi32(op.a_sums[first + i])));
+        const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(op.factors[first + i]), products);
+        float* out_row = op.out + static_cast<size_t>(first + i) * op.out_stride + r;
+        if (rows == 8) {
+            _mm256_storeu_ps(out_row, scaled);
+        } else {
+            alignas(32) float tail[8];
+            _mm256_store_ps(tail, scaled);
+            std::copy(tail, tail + rows, out_row);
+        }
+    }
 }
 
-// A decode's weight rows [row_begin, row_end) against its one activation row: out[o] =
-// factor * (dot(o) - a_sum). Eight rows at a time share one lane-sum reduction and one vector
-// epilogue: row by row, the epilogue's horizontal sums and scalar stores took about a sixth of
-// the kernel's samples on the 2B model's 10-block rows (perf, Zen 4 without AVX-512).
-__attribute__((target("avx2"))) void decode_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin,
-                                                      int row_end, const int8_t* a, int32_t a_sum, float factor,
-                                                      int blocks, float* out) {
-    int r = row_begin;
-    for (; r + 8 <= row_end; r += 8) {
-        __m256i lanes[8];
-        for (int i = 0; i < 8; ++i)
-            lanes[i] = row_lanes_avx2(packed + static_cast<size_t>(r + i) * row_bytes, a, blocks, true);
-        const __m256i dots = _mm256_srai_epi32(sum_lanes_avx2_x8(lanes), 2);  // exact: multiples of 4
-        const __m256 products = _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, _mm256_set1_epi32(a_sum)));
-        _mm256_storeu_ps(out + r, _mm256_mul_ps(_mm256_set1_ps(factor), products));
-    }
-    for (; r < row_end; ++r) {
-        const int32_t dot = row_dot_avx2(packed + static_cast<size_t>(r) * row_bytes, a, blocks, true);
-        out[r] = factor * static_cast<float>(dot - a_sum);
+// The first group of activation rows streams the weight rows in (prefetched); the later ones
+// find them in L1 or L2.
+template <int R>
+__attribute__((target("avx2"))) void group_rows_avx2(const SmallBatchOperands& op, int r, int rows, int first) {
+    if (first == 0) {
+        weight_rows_avx2<R, true>(op, r, rows, first);
+    } else {
+        weight_rows_avx2<R, false>(op, r, rows, first);
     }
 }
+
+}  // namespace
 
 __attribute__((target("avx2"))) void ternary_small_batch_rows_avx2(const uint8_t* packed, size_t row_bytes,
                                                                    int row_begin, int row_end, const int8_t* a,
                                                                    size_t a_stride, int a_rows, const int32_t* a_sums,
                                                                    const float* factors, int blocks, float* out,
                                                                    size_t out_stride) {
-    if (a_rows == 1) {
-        decode_rows_avx2(packed, row_bytes, row_begin, row_end, a, a_sums[0], factors[0], blocks, out);
-        return;
-    }
     constexpr int kGroupRows = 4;
-    for (int r = row_begin; r < row_end; ++r) {
-        const uint8_t* row = packed + static_cast<size_t>(r) * row_bytes;
+    const SmallBatchOperands op{packed, row_bytes, a, a_stride, a_sums, factors, blocks, out, out_stride};
+    for (int r = row_begin; r < row_end; r += 8) {
+        const int rows = std::min(8, row_end - r);
         for (int first = 0; first < a_rows; first += kGroupRows) {
-            const int count = std::min(kGroupRows, a_rows - first);
-            const int8_t* group_a = a + static_cast<size_t>(first) * a_stride;
-            const bool prefetch = first == 0;  // later groups find the row in L1
-            int32_t dots[kGroupRows];
-            switch (count) {
-                case 1: dots[0] = row_dot_avx2(row, group_a, blocks, prefetch); break;
-                case 2: row_dots_avx2<2>(row, group_a, a_stride, blocks, prefetch, dots); break;
-                case 3: row_dots_avx2<3>(row, group_a, a_stride, blocks, prefetch, dots); break;
-                default: row_dots_avx2<4>(row, group_a, a_stride, blocks, prefetch, dots); break;
+            switch (std::min(kGroupRows, a_rows - first)) {
+                case 1: group_rows_avx2<1>(op, r, rows, first); break;
+                case 2: group_rows_avx2<2>(op, r, rows, first); break;
+                case 3: group_rows_avx2<3>(op, r, rows, first); break;
+                default: group_rows_avx2<4>(op, r, rows, first); break;
             }
-            for (int i = 0; i < count; ++i)
-                out[static_cast<size_t>(first + i) * out_stride + r] =
-                    factors[first + i] * static_cast<float>(dots[i] - a_sums[first + i]);
         }
     }
 }
