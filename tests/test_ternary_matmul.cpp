@@ -98,8 +98,8 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
     EXPECT_GE(paths_run, 24);  // at least the scalar path every trial
 }
 
-// Random codes (rows, cols) times n random activation rows on the AVX-512 VNNI path, against
-// the reference, bit for bit.
+// Codes q (rows, cols) times n activation rows x on the given path, against the reference, bit
+// for bit.
 void expect_product_exact(const std::vector<int8_t>& q, const std::vector<float>& x, int rows, int cols, int n,
                           float gamma, IntegerIsa isa) {
     const TernaryMatrix w = pack_ternary(q.data(), rows, cols, gamma);
@@ -117,6 +117,30 @@ void expect_product_exact(const std::vector<int8_t>& q, const std::vector<float>
 void expect_vnni_product_exact(std::mt19937& rng, int rows, int cols, int n, float gamma) {
     const auto q = random_codes(rng, rows * cols);
     expect_product_exact(q, random_rows(rng, n * cols), rows, cols, n, gamma, IntegerIsa::avx512_vnni);
+}
+
+// A prompt's many rows on AVX2 run the unpacked-code tiles (ternary_prompt_rows_avx2): ragged
+// shapes whose rows span several of its K blocks (2,016 weights each) and tiles cut at both
+// edges, then every code 1 or -1 against activations of +-127 over long rows (each block's 16-bit
+// sums at their largest), against the reference, bit for bit.
+TEST(TernaryMatmul, AvxTwoPromptTilesMatchTheReference) {
+    if (!integer_isa_supported(IntegerIsa::avx2)) GTEST_SKIP() << "no AVX2 here";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    for (auto [rows, cols, n] : {std::tuple{37, 4500, 23}, {5, 2017, 40}, {131, 300, 17}, {1, 6000, 18}}) {
+        const auto q = random_codes(rng, rows * cols);
+        expect_product_exact(q, random_rows(rng, n * cols), rows, cols, n, 0.029f, IntegerIsa::avx2);
+        if (::testing::Test::HasFatalFailure()) return;
+    }
+    const int rows = 7, cols = 4400, n = 21;
+    std::vector<float> extremes(static_cast<size_t>(n) * cols, 1.0f);
+    std::fill(extremes.begin() + 3 * cols, extremes.begin() + 9 * cols, -1.0f);
+    for (const int8_t code : {int8_t{1}, int8_t{-1}}) {
+        expect_product_exact(std::vector<int8_t>(static_cast<size_t>(rows) * cols, code), extremes, rows, cols, n, 0.5f,
+                             IntegerIsa::avx2);
+        if (::testing::Test::HasFatalFailure()) return;
+    }
 }
 
 // The small-batch kernels (kernels/ternary_tiles.cpp) split their rows into groups (AVX-512: 1,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/int8_matmul.h"
@@ -138,6 +139,15 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
     }
     if (int8_matmul_uses_onednn(x.rows, x.padded_cols, isa)) {
         onednn_rows(w, x, out, row_begin, row_end);
+        return;
+    }
+    if (isa == IntegerIsa::avx2) {  // oneDNN's int8 GEMM without VNNI was 0.63x this (docs/results.md)
+        thread_local std::vector<float> factors;
+        factors.resize(static_cast<size_t>(x.rows));
+        for (int r = 0; r < x.rows; ++r) factors[r] = int8_output_factor(w.gamma, x.scales[r]);
+        ternary_prompt_rows_avx2(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0),
+                                 static_cast<size_t>(x.padded_cols), x.rows, x.sums.data(), factors.data(), blocks, out,
+                                 static_cast<size_t>(w.rows));
         return;
     }
     const TernaryTileKernel kernel = tile_kernel(isa);

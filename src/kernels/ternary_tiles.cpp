@@ -560,11 +560,15 @@ void run_tile(const uint8_t* const* w_rows, int w_count, const int8_t* const* a_
 
 }  // namespace
 
-__attribute__((target("avx2"))) void ternary_unpack_rows_avx2(const uint8_t* packed, size_t row_bytes, int first_row,
-                                                               int count, int blocks, int8_t* codes) {
+namespace {
+
+// Packed rows [first_row, first_row + count) as one byte a weight, stored code (q + 1) minus
+// `offset`: codes (count, blocks * 256) row-major.
+__attribute__((target("avx2"))) void unpack_rows_avx2(const uint8_t* packed, size_t row_bytes, int first_row,
+                                                      int count, int blocks, int8_t offset, int8_t* codes) {
     // Byte m of half h of a block holds weights 128h + 32n + m at bits 2n as q + 1: one shift and
     // mask per n gives 32 consecutive weights.
-    const __m256i two_bits = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i two_bits = _mm256_set1_epi8(3), minus = _mm256_set1_epi8(offset);
     for (int i = 0; i < count; ++i) {
         const uint8_t* row = packed + static_cast<size_t>(first_row + i) * row_bytes;
         int8_t* out = codes + static_cast<size_t>(i) * blocks * kTernaryBlock;
@@ -576,9 +580,97 @@ __attribute__((target("avx2"))) void ternary_unpack_rows_avx2(const uint8_t* pac
                     const __m256i stored = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * n), two_bits);
                     _mm256_storeu_si256(
                         reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * kTernaryBlock + 128 * half + 32 * n),
-                        _mm256_sub_epi8(stored, one));
+                        _mm256_sub_epi8(stored, minus));
                 }
             }
+    }
+}
+
+// The prompt's tile on unpacked codes: kPromptTileW weight rows x kPromptTileA activation rows,
+// one s16 accumulator each. Per 32 weights a tile spends one maddubs and one add a pair, all
+// unpacking done once per weight row for every activation row (the packed tile kernel above
+// spends a shift and a mask a code vector per tile, and a madd a pair every 128 weights). 2 x 4
+// keeps the accumulators, codes and a spare in 12 of AVX2's 16 registers.
+constexpr int kPromptTileW = 2, kPromptTileA = 4;
+// A maddubs of (q + 1) <= 2 and |a| <= 128 adds at most 512 to a s16 lane, so 63 steps of 32
+// weights fit (32,256); the K loop is cut into blocks of that many, widened after each.
+constexpr int kPromptWidenSteps = 63;
+
+// sums[i][j] += sum over `steps` 32-byte steps of (q + 1)_i * a_j, exactly.
+__attribute__((target("avx2"), always_inline)) inline void prompt_tile_avx2(const uint8_t* const* codes,
+                                                                           const int8_t* const* a, int steps,
+                                                                           int32_t (*sums)[kPromptTileA]) {
+    __m256i acc[kPromptTileW][kPromptTileA];
+    for (auto& row : acc)
+        for (__m256i& v : row) v = _mm256_setzero_si256();
+    for (int s = 0; s < steps; ++s) {
+        __m256i c[kPromptTileW];
+        for (int i = 0; i < kPromptTileW; ++i)
+            c[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[i] + 32 * s));
+        for (int j = 0; j < kPromptTileA; ++j) {
+            const __m256i x = activations(a[j] + 32 * s);
+            for (int i = 0; i < kPromptTileW; ++i)
+                acc[i][j] = _mm256_add_epi16(acc[i][j], _mm256_maddubs_epi16(c[i], x));
+        }
+    }
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int i = 0; i < kPromptTileW; ++i)
+        for (int j = 0; j < kPromptTileA; ++j) sums[i][j] += sum_lanes_avx2(_mm256_madd_epi16(acc[i][j], ones16));
+}
+
+}  // namespace
+
+__attribute__((target("avx2"))) void ternary_unpack_rows_avx2(const uint8_t* packed, size_t row_bytes, int first_row,
+                                                               int count, int blocks, int8_t* codes) {
+    unpack_rows_avx2(packed, row_bytes, first_row, count, blocks, 1, codes);
+}
+
+__attribute__((target("avx2"))) void ternary_prompt_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin,
+                                                              int row_end, const int8_t* a, size_t a_stride,
+                                                              int a_rows, const int32_t* a_sums, const float* factors,
+                                                              int blocks, float* out, size_t out_stride) {
+    // Weight rows a chunk at a time, unpacked into 512 KiB or less (L2) and passed by every tile
+    // of activation rows; each tile's activations (4 x 2,016 bytes a K block) stay in L1 while
+    // the chunk's weight rows pass.
+    const size_t padded_cols = static_cast<size_t>(blocks) * kTernaryBlock;
+    const int chunk_rows = static_cast<int>(std::clamp<size_t>(512 * 1024 / padded_cols, kPromptTileW, 512));
+    thread_local Array<uint8_t> codes;  // (chunk_rows, padded_cols) stored codes q + 1
+    thread_local Array<int32_t> sums;   // (chunk_rows, a_rows) exact dots
+    if (codes.size() < static_cast<size_t>(chunk_rows) * padded_cols)
+        codes = Array<uint8_t>(MemCategory::scratch, static_cast<size_t>(chunk_rows) * padded_cols);
+    if (sums.size() < static_cast<size_t>(chunk_rows) * a_rows)
+        sums = Array<int32_t>(MemCategory::scratch, static_cast<size_t>(chunk_rows) * a_rows);
+    const int steps = static_cast<int>(padded_cols / 32);
+    for (int first = row_begin; first < row_end; first += chunk_rows) {
+        const int count = std::min(chunk_rows, row_end - first);
+        unpack_rows_avx2(packed, row_bytes, first, count, blocks, 0, reinterpret_cast<int8_t*>(codes.data()));
+        std::fill(sums.data(), sums.data() + static_cast<size_t>(count) * a_rows, 0);
+        for (int step0 = 0; step0 < steps; step0 += kPromptWidenSteps) {
+            const int block_steps = std::min(kPromptWidenSteps, steps - step0);
+            for (int j0 = 0; j0 < a_rows; j0 += kPromptTileA) {
+                // A tile past the last row repeats that row; its sums are dropped.
+                const int8_t* a_tile[kPromptTileA];
+                for (int j = 0; j < kPromptTileA; ++j)
+                    a_tile[j] = a + static_cast<size_t>(std::min(j0 + j, a_rows - 1)) * a_stride + 32 * step0;
+                const int a_count = std::min(kPromptTileA, a_rows - j0);
+                for (int i0 = 0; i0 < count; i0 += kPromptTileW) {
+                    const uint8_t* c_tile[kPromptTileW];
+                    for (int i = 0; i < kPromptTileW; ++i)
+                        c_tile[i] = codes.data() + static_cast<size_t>(std::min(i0 + i, count - 1)) * padded_cols +
+                                    32 * step0;
+                    int32_t tile_sums[kPromptTileW][kPromptTileA] = {};
+                    prompt_tile_avx2(c_tile, a_tile, block_steps, tile_sums);
+                    for (int i = 0; i < std::min(kPromptTileW, count - i0); ++i)
+                        for (int j = 0; j < a_count; ++j)
+                            sums[static_cast<size_t>(i0 + i) * a_rows + j0 + j] += tile_sums[i][j];
+                }
+            }
+        }
+        for (int j = 0; j < a_rows; ++j) {
+            float* out_row = out + static_cast<size_t>(j) * out_stride + first;
+            for (int i = 0; i < count; ++i)
+                out_row[i] = factors[j] * static_cast<float>(sums[static_cast<size_t>(i) * a_rows + j] - a_sums[j]);
+        }
     }
 }
 

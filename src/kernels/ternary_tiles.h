@@ -41,6 +41,14 @@ void ternary_small_batch_rows_avx2(const uint8_t* packed, size_t row_bytes, int 
                                    const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
                                    const float* factors, int blocks, float* out, size_t out_stride);
 
+// A prompt's many activation rows on AVX2, with the operands and outputs of
+// ternary_small_batch_rows_avx2: weight rows unpacked a chunk at a time into (q + 1) bytes,
+// then tiles of 2 weight rows x 4 activation rows with one maddubs and one add per pair and 32
+// weights (kernels/ternary_tiles.cpp says why).
+void ternary_prompt_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end, const int8_t* a,
+                              size_t a_stride, int a_rows, const int32_t* a_sums, const float* factors, int blocks,
+                              float* out, size_t out_stride);
+
 // Packed rows [first_row, first_row + count) (row_bytes apart, blocks of 256 weights each) as
 // int8 codes q in {-1, 0, 1}: codes (count, blocks * 256) row-major. AVX2: the prompt path hands
 // them to oneDNN's int8 GEMM (kernels/ternary_matmul.cpp).
