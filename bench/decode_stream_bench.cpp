@@ -1,6 +1,6 @@
 // What sets the rate at which one thread's ternary decode reads its weights from memory: the
 // decode kernel's inner loop (kernels/ternary_tiles.cpp: small_batch_tiles<1> for AVX-512 VNNI,
-// row_dot_avx2 for AVX2) reduced to one stream of packed rows against one activation row
+// row_lanes_avx2 for AVX2) reduced to one stream of packed rows against one activation row
 // held in L1, in its variants:
 //   - codes shifted down then masked, as the kernels do, or masked in place (AVX-512: four
 //     position masks, each dpbusd sum scaled back at the row's end; AVX2, where maddubs sums

@@ -23,13 +23,9 @@ void check_operands(const TernaryMatrix& w, const Int8Rows& x, IntegerIsa isa) {
     if (!integer_isa_supported(isa)) throw Error(std::string("ternary_matmul: this CPU lacks ") + integer_isa_name(isa));
 }
 
+// The prompt's tiles on the paths that run them (AVX2 prompts take ternary_prompt_rows_avx2).
 TernaryTileKernel tile_kernel(IntegerIsa isa) {
-    switch (isa) {
-        case IntegerIsa::avx2: return ternary_tile_kernel_avx2();
-        case IntegerIsa::avx512_vnni: return ternary_tile_kernel_avx512_vnni();
-        case IntegerIsa::scalar: break;
-    }
-    return ternary_tile_kernel_scalar();
+    return isa == IntegerIsa::avx512_vnni ? ternary_tile_kernel_avx512_vnni() : ternary_tile_kernel_scalar();
 }
 
 // A prompt's many rows: weight rows unpacked to int8 a chunk at a time (small enough to stay in

@@ -37,52 +37,6 @@ void tile_scalar(const uint8_t* const* w_rows, int w_count, const int8_t* const*
     }
 }
 
-// ---- AVX2: maddubs (u8 x s8 -> s16 pairs), then madd with ones -> s32 ---------------------
-//
-// Per 32-byte half of a block, the four shifted code vectors give (q + 1) for 32 consecutive
-// weights each. Their s16 products are at most 2 * 2 * 128 = 512 per lane, so the four sum
-// to at most 2048 before widening: one madd per half.
-
-template <int WR, int AR>
-__attribute__((target("avx2"))) void tile_avx2(const uint8_t* const* w_rows, const int8_t* const* a_rows,
-                                               int blocks, int32_t* dots) {
-    const __m256i low2 = _mm256_set1_epi8(3);
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    __m256i acc[WR][AR];
-    for (int i = 0; i < WR; ++i)
-        for (int j = 0; j < AR; ++j) acc[i][j] = _mm256_setzero_si256();
-    for (int b = 0; b < blocks; ++b) {
-        for (int half = 0; half < 2; ++half) {
-            __m256i packed[WR];
-            for (int i = 0; i < WR; ++i)
-                packed[i] = _mm256_loadu_si256(
-                    reinterpret_cast<const __m256i*>(w_rows[i] + static_cast<size_t>(b) * kTernaryBlockBytes + 32 * half));
-            __m256i sum16[WR][AR];
-            for (int i = 0; i < WR; ++i)
-                for (int j = 0; j < AR; ++j) sum16[i][j] = _mm256_setzero_si256();
-            for (int n = 0; n < 4; ++n) {
-                __m256i a[AR];
-                for (int j = 0; j < AR; ++j)
-                    a[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                        a_rows[j] + static_cast<size_t>(b) * kTernaryBlock + 128 * half + 32 * n));
-                for (int i = 0; i < WR; ++i) {
-                    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(packed[i], 2 * n), low2);
-                    for (int j = 0; j < AR; ++j)
-                        sum16[i][j] = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(codes, a[j]));
-                }
-            }
-            for (int i = 0; i < WR; ++i)
-                for (int j = 0; j < AR; ++j)
-                    acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(sum16[i][j], ones16));
-        }
-    }
-    for (int i = 0; i < WR; ++i) {
-        for (int j = 0; j < AR; ++j) {
-            dots[i * kTileDotsStride + j] = sum_lanes_avx2(acc[i][j]);
-        }
-    }
-}
-
 // ---- AVX-512 VNNI: dpbusd (u8 x s8, four products per s32 lane) ---------------------------
 //
 // One 64-byte load holds a whole block's codes: lanes 0-31 from half 0, 32-63 from half 1, so
@@ -344,11 +298,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ternary_small_batch_
 //
 // The memory-bound shape on a CPU without AVX-512 (an AMD Zen 3, a Zen 4 whose VM hides AVX-512):
 // as the AVX-512 decode tile, each row is read front to back with its stream prefetched
-// kStreamPrefetchBytes ahead into L2; the tile kernel above (4 rows side by side, no prefetch)
-// is for prompts. Each 32-byte half of a block is unpacked into its four code vectors once for a
-// group of up to four activation rows; a batch of more rows passes eight weight rows at a time
-// again, group by group, from L1 or L2. Products as tile_avx2's: maddubs of (q + 1) in {0, 1, 2}
-// and s8 activations, at most 2048 a s16 lane over a half.
+// kStreamPrefetchBytes ahead into L2 (prompts: ternary_prompt_rows_avx2, below). Each 32-byte
+// half of a block is unpacked into its four code vectors once for a group of up to four
+// activation rows; a batch of more rows passes eight weight rows at a time again, group by
+// group, from L1 or L2. Products: vpmaddubsw (u8 x s8 -> s16 pairs) of (q + 1) in {0, 1, 2} and
+// s8 activations, at most 2 * 2 * 128 = 512 a s16 lane, so 2048 over a half's four, then a
+// madd with ones to s32.
 
 // 32 activations at `at`.
 __attribute__((target("avx2"), always_inline)) inline __m256i activations(const int8_t* at) {
@@ -523,13 +478,6 @@ namespace {
 // Adapters that give every instruction set the same template shape, and the switch that runs
 // the instantiation for the tile's actual size (edge tiles are smaller).
 template <int WR, int AR>
-struct Avx2Tile {
-    static void run(const uint8_t* const* w, const int8_t* const* a, int blocks, int32_t* dots) {
-        tile_avx2<WR, AR>(w, a, blocks, dots);
-    }
-};
-
-template <int WR, int AR>
 struct Avx512Tile {
     static void run(const uint8_t* const* w, const int8_t* const* a, int blocks, int32_t* dots) {
         tile_avx512<WR, AR>(w, a, blocks, dots);
@@ -588,9 +536,10 @@ __attribute__((target("avx2"))) void unpack_rows_avx2(const uint8_t* packed, siz
 
 // The prompt's tile on unpacked codes: kPromptTileW weight rows x kPromptTileA activation rows,
 // one s16 accumulator each. Per 32 weights a tile spends one maddubs and one add a pair, all
-// unpacking done once per weight row for every activation row (the packed tile kernel above
-// spends a shift and a mask a code vector per tile, and a madd a pair every 128 weights). 2 x 4
-// keeps the accumulators, codes and a spare in 12 of AVX2's 16 registers.
+// unpacking done once per weight row for every activation row (the packed 4 x 2 tile it
+// replaced spent a shift and a mask a code vector per tile, and a madd a pair every 128
+// weights: 1.24x slower on the 2B prompt). 2 x 4 keeps the accumulators, codes and a spare in
+// 12 of AVX2's 16 registers; 3 x 4, 2 x 6 and 4 x 2 ran slower.
 constexpr int kPromptTileW = 2, kPromptTileA = 4;
 // A maddubs of (q + 1) <= 2 and |a| <= 128 adds at most 512 to a s16 lane, so 63 steps of 32
 // weights fit (32,256); the K loop is cut into blocks of that many, widened after each.
@@ -675,9 +624,6 @@ __attribute__((target("avx2"))) void ternary_prompt_rows_avx2(const uint8_t* pac
 }
 
 TernaryTileKernel ternary_tile_kernel_scalar() { return {tile_scalar, 4}; }
-
-// AVX2 has 16 vector registers: 4 weight rows x 2 activation rows of accumulators fit.
-TernaryTileKernel ternary_tile_kernel_avx2() { return {run_tile<Avx2Tile>, 2}; }
 
 TernaryTileKernel ternary_tile_kernel_avx512_vnni() { return {run_tile<Avx512Tile>, 4}; }
 

@@ -50,13 +50,12 @@ void ternary_prompt_rows_avx2(const uint8_t* packed, size_t row_bytes, int row_b
                               float* out, size_t out_stride);
 
 // Packed rows [first_row, first_row + count) (row_bytes apart, blocks of 256 weights each) as
-// int8 codes q in {-1, 0, 1}: codes (count, blocks * 256) row-major. AVX2: the prompt path hands
-// them to oneDNN's int8 GEMM (kernels/ternary_matmul.cpp).
+// int8 codes q in {-1, 0, 1}: codes (count, blocks * 256) row-major. AVX2 code: the VNNI
+// prompt path hands them to oneDNN's int8 GEMM (kernels/ternary_matmul.cpp).
 void ternary_unpack_rows_avx2(const uint8_t* packed, size_t row_bytes, int first_row, int count, int blocks,
                               int8_t* codes);
 
 TernaryTileKernel ternary_tile_kernel_scalar();
-TernaryTileKernel ternary_tile_kernel_avx2();         // needs AVX2
 TernaryTileKernel ternary_tile_kernel_avx512_vnni();  // needs AVX-512 F, BW and VNNI
 
 }  // namespace dqt
