@@ -28,10 +28,20 @@ TernaryTileKernel tile_kernel(IntegerIsa isa) {
     return isa == IntegerIsa::avx512_vnni ? ternary_tile_kernel_avx512_vnni() : ternary_tile_kernel_scalar();
 }
 
+// factors[r] (x.rows) turns activation row r's exact integer dots into outputs; one buffer a
+// thread, filled once a call for whichever path runs.
+const float* output_factors(const TernaryMatrix& w, const Int8Rows& x) {
+    thread_local std::vector<float> factors;
+    factors.resize(static_cast<size_t>(x.rows));
+    for (int r = 0; r < x.rows; ++r) factors[static_cast<size_t>(r)] = int8_output_factor(w.gamma, x.scales[r]);
+    return factors.data();
+}
+
 // A prompt's many rows: weight rows unpacked to int8 a chunk at a time (small enough to stay in
 // L2), then oneDNN's int8 GEMM, which blocks the activation rows for the caches where the tile
 // kernels stream every row past each weight tile. Codes are q, not q + 1: no sum(a) to subtract.
-void onednn_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_begin, int row_end) {
+void onednn_rows(const TernaryMatrix& w, const Int8Rows& x, const float* factors, float* out, int row_begin,
+                 int row_end) {
     constexpr size_t kUnpackedBytes = 512 * 1024;
     // A whole number of 16-row blocks: oneDNN's s8 GEMM took 1.6x as long a weight row on 75
     // rows (what 512 KiB holds of the 2B FFN's 6,912-wide down rows) as on 80, and 1.1x on 204
@@ -50,7 +60,7 @@ void onednn_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, int row_
         int8_gemm_exact(true, x.rows, count, w.padded_cols, x.values.data(), x.padded_cols, codes.data(),
                         w.padded_cols, sums.data(), count);
         for (int r = 0; r < x.rows; ++r) {
-            const float factor = int8_output_factor(w.gamma, x.scales[r]);
+            const float factor = factors[r];
             const int32_t* sum_row = sums.data() + static_cast<size_t>(r) * count;
             float* out_row = out + static_cast<size_t>(r) * w.rows + first;
             for (int i = 0; i < count; ++i) out_row[i] = factor * static_cast<float>(sum_row[i]);
@@ -124,9 +134,8 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
                          IntegerIsa isa) {
     check_operands(w, x, isa);
     const int blocks = w.padded_cols / kTernaryBlock;
+    const float* factors = output_factors(w, x);
     if (x.rows <= kSmallBatchMaxRows && (isa == IntegerIsa::avx512_vnni || isa == IntegerIsa::avx2)) {
-        float factors[kSmallBatchMaxRows];
-        for (int r = 0; r < x.rows; ++r) factors[r] = int8_output_factor(w.gamma, x.scales[r]);
         const auto small_batch =
             isa == IntegerIsa::avx512_vnni ? ternary_small_batch_rows_avx512_vnni : ternary_small_batch_rows_avx2;
         small_batch(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), static_cast<size_t>(x.padded_cols),
@@ -134,15 +143,12 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
         return;
     }
     if (int8_matmul_uses_onednn(x.rows, x.padded_cols, isa)) {
-        onednn_rows(w, x, out, row_begin, row_end);
+        onednn_rows(w, x, factors, out, row_begin, row_end);
         return;
     }
     if (isa == IntegerIsa::avx2) {  // oneDNN's int8 GEMM without VNNI was 0.63x this (docs/results.md)
-        thread_local std::vector<float> factors;
-        factors.resize(static_cast<size_t>(x.rows));
-        for (int r = 0; r < x.rows; ++r) factors[r] = int8_output_factor(w.gamma, x.scales[r]);
         ternary_prompt_rows_avx2(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0),
-                                 static_cast<size_t>(x.padded_cols), x.rows, x.sums.data(), factors.data(), blocks, out,
+                                 static_cast<size_t>(x.padded_cols), x.rows, x.sums.data(), factors, blocks, out,
                                  static_cast<size_t>(w.rows));
         return;
     }
@@ -161,10 +167,9 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
             kernel.run(w_rows, w_count, a_rows, a_count, blocks, dots);
             for (int j = 0; j < a_count; ++j) {
                 const int r = a_first + j;
-                const float factor = int8_output_factor(w.gamma, x.scales[r]);
                 float* out_row = out + static_cast<size_t>(r) * w.rows + w_first;
                 for (int i = 0; i < w_count; ++i)
-                    out_row[i] = factor * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
+                    out_row[i] = factors[r] * static_cast<float>(dots[i * kTileDotsStride + j] - x.sums[r]);
             }
         }
     }
