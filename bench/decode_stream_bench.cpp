@@ -9,7 +9,8 @@
 // Each variant runs over rows of --blocks blocks (10: BitNet 2B4T's width 2560) in a buffer of
 // 4 times the last-level cache and at least 512 MiB (from memory), and over 64 KiB (from cache:
 // what the loop's arithmetic alone allows), beside the read limit measured in the same process
-// between the timed passes. Every variant's dot products are checked against a scalar sum.
+// between the timed passes. Every variant's dot products are checked against a scalar sum. On
+// AVX2 it ends with the masked loop's arithmetic alone, on register operands: the loop's ceiling.
 //
 // On AVX-512 it then times two layouts of fewer bits beside the 2-bit one (the 2B inference
 // issue's item 3: fewer bytes a token), in weights a second, from memory on --threads threads
@@ -174,6 +175,38 @@ __attribute__((target("avx2"), noinline)) int64_t stream_rows_avx2(const uint8_t
         total += dqt::sum_lanes_avx2(units) + dqt::sum_lanes_avx2(_mm256_srai_epi32(fours, 2));
     }
     return total;
+}
+
+// The masked AVX2 loop's arithmetic alone: one shift, four masks, four vpmaddubsw and four adds
+// a 32-byte half-block, on register operands (no loads, no prefetch), four independent sums.
+// Its rate in bytes of codes a second is the most the loop could read if memory and loads cost
+// nothing: where it is below the read limit, one thread's decode is bound by its arithmetic.
+volatile uint8_t register_code = 0x5A;
+volatile int64_t arithmetic_sink = 0;
+__attribute__((target("avx2"), noinline)) double masked_arithmetic_rate_avx2() {
+    constexpr long kHalves = 200'000'000;
+    const __m256i low2 = _mm256_set1_epi8(3), next2 = _mm256_set1_epi8(0x0C);
+    const __m256i a[4] = {_mm256_set1_epi8(1), _mm256_set1_epi8(-2), _mm256_set1_epi8(3), _mm256_set1_epi8(-4)};
+    double best = 0;
+    for (int repeat = 0; repeat < 5; ++repeat) {
+        __m256i w = _mm256_set1_epi8(static_cast<char>(register_code));
+        __m256i units_low = _mm256_setzero_si256(), units_high = units_low;  // s16, as the loop's two
+        __m256i fours_low = units_low, fours_high = units_low;                 // sums, split for throughput
+        const auto start = Clock::now();
+        for (long half = 0; half < kHalves; ++half) {
+            asm volatile("" : "+x"(w));  // a fresh code vector each half, as a load would give
+            const __m256i w4 = _mm256_srli_epi16(w, 4);
+            units_low = _mm256_add_epi16(units_low, _mm256_maddubs_epi16(_mm256_and_si256(w, low2), a[0]));
+            units_high = _mm256_add_epi16(units_high, _mm256_maddubs_epi16(_mm256_and_si256(w4, low2), a[1]));
+            fours_low = _mm256_add_epi16(fours_low, _mm256_maddubs_epi16(_mm256_and_si256(w, next2), a[2]));
+            fours_high = _mm256_add_epi16(fours_high, _mm256_maddubs_epi16(_mm256_and_si256(w4, next2), a[3]));
+        }
+        best = std::max(best, 32.0 * kHalves / std::chrono::duration<double>(Clock::now() - start).count());
+        const __m256i sums =
+            _mm256_add_epi16(_mm256_add_epi16(units_low, units_high), _mm256_add_epi16(fours_low, fours_high));
+        arithmetic_sink = arithmetic_sink + _mm256_extract_epi16(sums, 0);  // the sums are used
+    }
+    return best;
 }
 
 int64_t run_variant(const Variant& v, bool avx2, const uint8_t* packed, size_t rows, int blocks, const int8_t* a) {
@@ -539,6 +572,11 @@ int main(int argc, char** argv) {
     }
     std::printf("read limit (1 thread, best pass over %.0f MiB, 5 before and one between the timed passes): %.1f GB/s\n",
                 bandwidth.buffer_bytes() / 1048576.0, bandwidth.bytes_per_second() / 1e9);
-    if (avx2) return 0;
+    if (avx2) {
+        const double arithmetic = masked_arithmetic_rate_avx2();
+        std::printf("masked loop's arithmetic alone (register operands, no loads): %.1f GB/s of codes, %.0f%% of the read limit\n",
+                    arithmetic / 1e9, 100.0 * arithmetic / bandwidth.bytes_per_second());
+        return 0;
+    }
     return compare_fewer_bits(packed.data(), memory_rows, cache_rows, blocks, a.data(), cache, threads);
 }
