@@ -34,7 +34,8 @@ struct EvalArgs {
 void add_eval_command(CLI::App& app) {
     auto args = std::make_shared<EvalArgs>();
     CLI::App* command = app.add_subcommand("eval", "validation loss of a checkpoint");
-    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file (runs/NAME/checkpoint.dqt)")
+    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint (runs/NAME/checkpoint.dqt), GGUF file or Hugging Face model folder (these two "
+                       "need --data)")
         ->required();
     command->add_option("--data", args->data, "dataset folder (default: the one the run trained on)");
     command->add_option("--eval-tokens", args->tokens, "validation tokens to score")->capture_default_str();

@@ -27,7 +27,7 @@ struct GenerateArgs {
 void add_generate_command(CLI::App& app) {
     auto args = std::make_shared<GenerateArgs>();
     CLI::App* command = app.add_subcommand("generate", "sample text from a checkpoint");
-    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint file")->required();
+    command->add_option("checkpoint,--checkpoint", args->checkpoint, "checkpoint, GGUF file or Hugging Face model folder")->required();
     command->add_option("--prompt", args->prompt, "text to continue")->capture_default_str();
     command->add_option("--tokens", args->tokens, "new tokens to generate")->check(non_negative_whole_number())->capture_default_str();
     // Float ranges are checked by SamplingOptions::validate(): CLI11's own range message prints

@@ -38,7 +38,7 @@ std::string default_model_name(const std::string& path) {
 void add_serve_command(CLI::App& app) {
     auto args = std::make_shared<ServeArgs>();
     CLI::App* command = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
-    command->add_option("model,--model", args->model, "checkpoint or GGUF file")->required();
+    command->add_option("model,--model", args->model, "checkpoint, GGUF file or Hugging Face model folder")->required();
     command->add_option("--name", args->name, "the model id clients use (default: from the file name)");
     command->add_option("--host", args->host, "address to listen on")->capture_default_str();
     command->add_option("--port", args->port, "port to listen on (0 = any free port)")

@@ -10,7 +10,8 @@ void add_ternary_rule_flag(CLI::App& command, std::string& rule) {
 
 void add_kv_cache_flag(CLI::App& command, std::string& type) {
     command.add_option("--kv-cache", type,
-                       "KV cache: f32 (decode equals the full forward bit for bit) or f16 (half the memory)")
+                       "KV cache: f32 (decode gives the full forward's logits: bit for bit with a quantized head, "
+                       "to float rounding with a float one) or f16 (half the memory)")
         ->check(CLI::IsMember({"f16", "f32"}))
         ->capture_default_str();
 }

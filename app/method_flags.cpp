@@ -20,14 +20,17 @@ void add_method_flags(CLI::App& command, MethodFlags& f) {
                        "grid step); default: the recipe's");
     command.add_option("--dqt-residual-bits", f.residual_bits,
                        "dqt: keep each coded weight's position between grid points in this many bits (1..8, one "
-                       "byte a weight; the update rounds stochastically onto that finer grid); default 0: none")
+                       "byte a weight; the update rounds stochastically onto that finer grid); default: the recipe's "
+                       "(tuned: 6 for ternary codes, otherwise 0: none)")
         ->check(CLI::Range(0, 8));
     command.add_option("--dqt-overhang", f.residual_overhang,
                        "dqt with --dqt-residual-bits: grid steps a weight's fine position may run past the "
-                       "outermost codes, so a weight pushed beyond them flips back later (hysteresis); default 0")
+                       "outermost codes, so a weight pushed beyond them flips back later (hysteresis); default: the "
+                       "recipe's (tuned: 1 for ternary codes, otherwise 0)")
         ->check(CLI::Range(0, 127));
     command.add_flag("--quantize-embedding", f.quantize_embedding, "dqt: store the token embedding as codes too");
-    command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32)");
+    command.add_flag("--quantize-head", f.quantize_head, "bitnet/dqt: quantize the lm_head too (default: fp32; tied to the embedding, the default, "
+                     "bitnet needs --untie-embeddings, dqt --quantize-embedding too)");
     command.add_option("--compute-dtype", f.compute_dtype, "GEMM operands: fp32 or bf16")->capture_default_str();
     command.add_option("--optim-state", f.optim_state, "Adam moments: 32 (fp32), 16 (bf16) or 8 (block-wise 8-bit) bits")
         ->capture_default_str();

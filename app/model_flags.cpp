@@ -21,19 +21,21 @@ void add_model_flags(CLI::App& command, ModelConfig& c, std::string& config_path
     command.add_option("--dim", c.dim, "hidden size")->capture_default_str();
     command.add_option("--layers", c.n_layers, "number of blocks")->capture_default_str();
     command.add_option("--heads", c.n_heads, "attention heads")->capture_default_str();
-    command.add_option("--kv-heads", c.n_kv_heads, "key/value heads (grouped-query attention; default: --heads)");
+    command.add_option("--kv-heads", c.n_kv_heads, "key/value heads (grouped-query attention; default: --heads, or a --preset's)");
     command.add_option("--ffn", c.ffn_dim, "FFN inner size")->capture_default_str();
     command.add_option("--ffn-act", c.ffn_activation, "FFN gate: silu (SwiGLU) or relu2 (ReLU^2-GLU, BitNet b1.58 2B4T)")
         ->transform(CLI::CheckedTransformer(
             std::map<std::string, GatedActivation>{{"silu", GatedActivation::silu}, {"relu2", GatedActivation::relu2}}))
         ->default_str("silu");
-    command.add_option("--vocab-size", c.vocab_size, "vocabulary size (default: the dataset's tokenizer)");
+    command.add_option("--vocab-size", c.vocab_size, "vocabulary size (default: train takes the dataset tokenizer's; a bench command, its own "
+                       "model's)");
     command.add_option("--seq-len", c.seq_len, "context length in tokens")->capture_default_str();
     command.add_flag("--no-subln{false}", c.subln, "drop the SubLN norms before o_proj and down_proj");
     command.add_option("--rope-theta", c.rope_theta, "rotary embedding base")->capture_default_str();
     command.add_option("--init-std", c.init_std, "std of the N(0, s) weight init")->capture_default_str();
     command.add_flag("--tie-embeddings,!--untie-embeddings", c.tie_embeddings,
-                     "the lm_head reads token_embd (the default; llama.cpp runs a SubLN model only tied); "
+                     "the lm_head reads token_embd (the default, but for bench train and bench memory, whose "
+                     "reference shapes are untied; llama.cpp runs a SubLN model only tied); "
                      "--untie-embeddings gives the head its own table");
 }
 
@@ -55,7 +57,7 @@ ModelConfig resolve_model_config(const CLI::App& command, const ModelConfig& fla
 }
 
 void add_threads_flag(CLI::App& command, int& threads) {
-    command.add_option("--threads", threads, "compute threads (0 = one per core)")->capture_default_str();
+    command.add_option("--threads", threads, "compute threads (0 = every CPU this process may use; OMP_NUM_THREADS, when set, wins)")->capture_default_str();
 }
 
 }  // namespace dqt::cli

@@ -285,6 +285,8 @@ TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
                           "the head is tied to the embedding (the default)");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --method dqt --quantize-head --tie-embeddings"),
                           "the head is tied to the embedding");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --method bitnet --quantize-head"),
+                          "which bitnet keeps in fp32: add --untie-embeddings");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 3"), "--compress-gradients: 3 not in {8,4}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-weights 16"), "--compress-weights: 16 not in {8,4}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --compress-gradients 4 --fused-update"),

@@ -319,6 +319,27 @@ TEST(Serve, IgnoreEosRunsPastTheEndOfGenerationToken) {
                     .generation.end_tokens.empty());
 }
 
+// Integers at the edges of JSON's parse: one past int64 must not wrap into range, every uint64
+// is a seed, and a null max_completion_tokens leaves max_tokens in force.
+TEST(Serve, RequestNumbersAtTheirLimitsParseAsWritten) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32});
+    const auto parse = [&](const std::string& body, bool chat = false) {
+        return parse_completion_request(body, chat, "tiny", *m.tokenizer, SpecialTokens{}, engine).generation;
+    };
+    try {
+        parse(R"({"prompt": "a", "max_tokens": 9223372036854775808})");
+        ADD_FAILURE() << "2^63 max_tokens accepted";
+    } catch (const ApiError& e) {
+        EXPECT_NE(std::string(e.what()).find("got 9223372036854775808"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(parse(R"({"prompt": "a", "seed": 18446744073709551615})").sampling.seed, UINT64_MAX);
+    EXPECT_THROW(parse(R"({"prompt": "a", "seed": -1})"), ApiError);
+    const std::string chat = R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2)";
+    EXPECT_EQ(parse(chat + R"(, "max_completion_tokens": null})", true).max_tokens, 2);
+    EXPECT_EQ(parse(chat + R"(, "max_completion_tokens": 3})", true).max_tokens, 3);
+}
+
 TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
     RunningServer s(1);
     httplib::Client c = s.client();
@@ -355,6 +376,7 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/detokenize", R"({"tokens": [1, 256]})", 400, "tokens"},
         {"/detokenize", R"({"tokens": "1"})", 400, "tokens"},
         {"/no/such/route", "{}", 404, ""},
+        {"/no/such/route/" + std::string(5000, 'x'), "{}", 404, ""},  // the message quotes 64 bytes of it
     };
     for (const Case& k : cases) {
         SCOPED_TRACE(k.path + " " + k.body);
@@ -369,6 +391,16 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         EXPECT_LE(message.size(), 300u);
         EXPECT_EQ(body["error"]["param"], k.param.empty() ? json(nullptr) : json(k.param));
     }
+    // curl -d's default Content-Type is a form's, whose bodies cpp-httplib alone would cut at 8 KiB.
+    const json padded = {{"prompt", "a"}, {"max_tokens", 2}, {"user", std::string(9000, 'u')}};
+    const auto form = c.Post("/v1/completions", dump_json(padded), "application/x-www-form-urlencoded");
+    ASSERT_TRUE(form);
+    EXPECT_EQ(form->status, 200) << form->body;
+    const auto multipart =
+        c.Post("/v1/completions", httplib::MultipartFormDataItems{{"prompt", "a", "", ""}});
+    ASSERT_TRUE(multipart);
+    EXPECT_EQ(multipart->status, 415);
+    EXPECT_TRUE(json::parse(multipart->body).contains("error"));
     const auto models = c.Get("/v1/models");
     ASSERT_TRUE(models && models->status == 200);
     EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
@@ -449,6 +481,27 @@ TEST(Serve, AClientThatDisconnectsMidStreamFreesItsSlot) {
     EXPECT_EQ(s.engine.cancelled(), 1);
     // The freed slot serves the next request.
     const auto next = c.Post("/v1/completions", R"({"prompt": "again", "max_tokens": 3})", "application/json");
+    ASSERT_TRUE(next);
+    EXPECT_EQ(next->status, 200);
+}
+
+// A client that gives up waiting for a whole (not streamed) answer frees its slot as well.
+TEST(Serve, AClientThatStopsWaitingForAWholeAnswerFreesItsSlot) {
+    // 16,000 tokens run for seconds (attention grows with the context); the client waits 0.2 s.
+    static const TestModel longer_model(16384);
+    RunningServer s(1, longer_model);
+    httplib::Client impatient = s.client();
+    impatient.set_read_timeout(0, 200'000);  // then the client closes the connection
+    const auto abandoned = impatient.Post("/v1/completions", R"({"prompt": "Go on", "max_tokens": 16000})",
+                                          "application/json");
+    EXPECT_FALSE(abandoned) << "the answer came within 0.2 s: lengthen the generation";
+    impatient.stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (s.engine.live() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(s.engine.live(), 0);
+    EXPECT_EQ(s.engine.cancelled(), 1);
+    const auto next = s.client().Post("/v1/completions", R"({"prompt": "again", "max_tokens": 3})", "application/json");
     ASSERT_TRUE(next);
     EXPECT_EQ(next->status, 200);
 }

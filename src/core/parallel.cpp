@@ -15,7 +15,7 @@ void set_num_threads(int threads) {
     // More threads than CPUs only wait on each other (10,000 saturated a 2-core machine).
     require(threads <= cpus, "--threads " + std::to_string(threads) + " is more than the " + std::to_string(cpus) +
                                  " CPUs this process may use: use at most " + std::to_string(cpus) +
-                                 " (0 = one per core)");
+                                 " (0 = one per CPU)");
     if (threads == 0) {
         // No --threads: OMP_NUM_THREADS, when set, has already sized the runtime's default.
         if (std::getenv("OMP_NUM_THREADS") != nullptr) return;

@@ -24,7 +24,7 @@ DQT_HOST_DEVICE inline float nearest_round(float x) { return rintf(x); }
 // Four uniforms in [0, 1) for elements 4 * group .. 4 * group + 3 of one tensor at one
 // optimizer step. Keyed on (seed, step, tensor id, element index) only: never on thread or
 // rank, so the rounding is the same for any thread or process count, and after resume, and
-// the same on the GPU (src/cuda/dqt_update.cu).
+// the same on the GPU (src/cuda/optimizer_update.cu).
 DQT_HOST_DEVICE inline std::array<float, 4> rounding_uniforms(uint64_t seed, int64_t step, int tensor_id, uint64_t group) {
     const uint64_t counter = (static_cast<uint64_t>(tensor_id) << 40) | group;  // groups < 2^40
     const std::array<uint32_t, 4> words =

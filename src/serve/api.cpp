@@ -134,15 +134,19 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
                       chat ? "messages" : "prompt");
     // Chat answers run to their turn's end by default; completions stop at 16 tokens, as OpenAI's.
     const int default_tokens = chat ? room : std::min(16, room);
-    const char* max_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    // The newer name wins where both are given (a null counts as not given).
+    const auto newer = body.find("max_completion_tokens");
+    const char* max_key = newer != body.end() && !newer->is_null() ? "max_completion_tokens" : "max_tokens";
     g.max_tokens = default_tokens;
     if (const nlohmann::json* m = field(body, max_key, is_integer, "an integer")) {
-        const int64_t asked = m->get<int64_t>();
-        if (asked < 1 || asked > room)
+        // Non-negative JSON integers parse as unsigned: one past int64's range must not wrap.
+        const bool in_range = m->is_number_unsigned() ? m->get<uint64_t>() <= static_cast<uint64_t>(room)
+                                                      : m->get<int64_t>() <= room;
+        if (!in_range || *m < 1)
             throw invalid(std::string("'") + max_key + "' must be from 1 to " + std::to_string(room) +
-                              " (the context left after the prompt), got " + std::to_string(asked),
+                              " (the context left after the prompt), got " + m->dump(),
                           max_key);
-        g.max_tokens = static_cast<int>(asked);
+        g.max_tokens = m->get<int>();
     }
     g.sampling.temperature = static_cast<float>(number_in(body, "temperature", g.sampling.temperature, 0.0, 2.0,
                                                           "a number from 0 to 2"));
@@ -156,8 +160,9 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
                           "top_k");
         g.sampling.top_k = k->get<int>();
     }
-    if (const nlohmann::json* s = field(body, "seed", is_integer, "an integer")) {
-        if (*s < 0) throw invalid("'seed' must not be negative", "seed");
+    if (const nlohmann::json* s = field(body, "seed", is_integer, "an integer from 0 to 2^64 - 1")) {
+        // Negative JSON integers are the only ones not parsed as unsigned.
+        if (!s->is_number_unsigned()) throw invalid("'seed' must be an integer from 0 to 2^64 - 1", "seed");
         g.sampling.seed = s->get<uint64_t>();
     }
     g.stop = stop_strings(body);

@@ -104,6 +104,7 @@ public:
     int parallel() const { return static_cast<int>(slots_.size()); }
     int live() const;    // sequences in slots now
     int waiting() const;  // requests in the queue
+    int queue_limit() const { return queue_limit_; }  // requests that may wait for a slot
     int64_t cancelled() const { return cancelled_; }  // requests dropped because their client left
 
 private:

@@ -1,9 +1,14 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 
 #include "core/error.h"
 #include "serve/api.h"
@@ -13,6 +18,68 @@ namespace dqt {
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
+constexpr size_t kBodyLimit = 8 << 20;  // bytes of a request body
+// Handler threads beyond one a slot and queue place: for the quick routes, the 503s, and
+// clients that hold a connection open without a request (idle keep-alive, slow senders).
+constexpr size_t kSpareHandlers = 256;
+constexpr time_t kKeepAliveSeconds = 2;  // an idle connection holds a handler thread this long
+
+// cpp-httplib 0.11 (Debian 12's) neither hands a handler its socket nor tells it whether the
+// client is still there. A stream learns it from a failed write; a non-streaming request, whose
+// client may give up long before the answer is ready, finds its connection's socket by the
+// peer's address and port (no other socket has that peer while the connection is open, and it
+// is open while its handler runs) and peeks at it: an orderly close or a reset means the client
+// left, and its slot is freed.
+class ClientConnection {
+public:
+    explicit ClientConnection(const httplib::Request& req) {
+        std::error_code error;
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+            const std::string name = entry.path().filename().string();
+            int fd = -1;
+            if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc{}) continue;
+            sockaddr_storage peer{};
+            socklen_t length = sizeof(peer);
+            if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+            char host[NI_MAXHOST], port[NI_MAXSERV];
+            if (getnameinfo(reinterpret_cast<const sockaddr*>(&peer), length, host, sizeof host, port, sizeof port,
+                            NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+                continue;
+            if (req.remote_addr == host && std::to_string(req.remote_port) == port) {
+                fd_ = fd;
+                return;
+            }
+        }
+    }
+    // False when the socket was not found: the request then runs to its end, as before.
+    bool gone() const {
+        if (fd_ < 0) return false;
+        char byte = 0;
+        const ssize_t got = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+
+private:
+    int fd_ = -1;
+};
+
+// The request's body. The POST routes read it themselves: cpp-httplib would refuse a body over
+// 8 KiB sent as a form (curl -d's default Content-Type) before any handler ran.
+std::string read_body(const httplib::Request& req, const httplib::Response& res, const httplib::ContentReader& reader) {
+    if (req.is_multipart_form_data())
+        throw ApiError(415, "invalid_request_error", "the request body must be JSON, not multipart form data");
+    std::string body;
+    if (!reader([&body](const char* data, size_t size) {
+            body.append(data, size);
+            return true;
+        })) {
+        if (res.status == 413)
+            throw ApiError(413, "invalid_request_error",
+                           "the request body is over the server's limit of " + std::to_string(kBodyLimit >> 20) + " MiB");
+        throw ApiError(400, "invalid_request_error", "the request body could not be read (malformed or cut short)");
+    }
+    return body;
+}
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
     res.status = status;
@@ -72,11 +139,18 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
       model_name_(std::move(model_name)),
       http_(std::make_unique<httplib::Server>()) {
     httplib::Server& http = *http_;
-    // One handler thread per stream a client may hold open: every slot and queue place, and a
-    // few for the quick routes and the 503s.
-    const size_t handlers = static_cast<size_t>(engine.parallel()) + 64;
+    // One handler thread per request a client may hold open, every slot and queue place, and
+    // the spares.
+    const size_t handlers = static_cast<size_t>(engine.parallel() + engine.queue_limit()) + kSpareHandlers;
     http.new_task_queue = [handlers] { return new httplib::ThreadPool(handlers); };
-    http.set_payload_max_length(8 << 20);
+    http.set_payload_max_length(kBodyLimit);
+    http.set_keep_alive_timeout(kKeepAliveSeconds);
+    // The listening socket (the first that cpp-httplib sets up), kept to widen its backlog after
+    // bind: cpp-httplib listens with a backlog of 5.
+    http.set_socket_options([this](int socket) {
+        httplib::default_socket_options(socket);
+        if (listening_socket_ < 0) listening_socket_ = socket;
+    });
 
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         send_json(res, 200, {{"status", "ok"}, {"slots", engine_.parallel()}, {"slots_busy", engine_.live()},
@@ -91,9 +165,10 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
                                                     {"owned_by", "dqt"},
                                                     {"context_length", engine_.context()}}})}});
     });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& reader) {
         try {
-            const nlohmann::json body = parse_object(req.body);
+            const nlohmann::json body = parse_object(read_body(req, res, reader));
             const auto content = body.find("content");
             if (content == body.end() || !content->is_string())
                 throw ApiError(400, "invalid_request_error", "'content' is required and must be a string", "content");
@@ -102,9 +177,10 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
             send_error(res, e);
         }
     });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& reader) {
         try {
-            const nlohmann::json body = parse_object(req.body);
+            const nlohmann::json body = parse_object(read_body(req, res, reader));
             const auto tokens = body.find("tokens");
             if (tokens == body.end() || !tokens->is_array())
                 throw ApiError(400, "invalid_request_error", "'tokens' is required and must be an array", "tokens");
@@ -124,10 +200,10 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
     });
 
     const auto completion = [this](bool chat) {
-        return [this, chat](const httplib::Request& req, httplib::Response& res) {
+        return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
             try {
-                auto call = std::make_shared<CompletionCall>(
-                    parse_completion_request(req.body, chat, model_name_, tokenizer_, special_, engine_));
+                auto call = std::make_shared<CompletionCall>(parse_completion_request(
+                    read_body(req, res, reader), chat, model_name_, tokenizer_, special_, engine_));
                 std::shared_ptr<RequestStream> stream = engine_.submit(call->generation);
                 if (!stream)
                     throw ApiError(503, "server_busy",
@@ -135,9 +211,14 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
                 const std::string id = next_id(chat);
                 const int64_t created = unix_seconds();
                 if (!call->stream) {
+                    const ClientConnection client(req);
                     std::string text;
                     StreamUpdate update;
                     for (;;) {
+                        if (client.gone()) {
+                            stream->cancel();
+                            return;
+                        }
                         if (!stream->next(update, kPoll)) continue;
                         if (!update.error.empty()) throw ApiError(500, "server_error", update.error);
                         text += update.text;
@@ -183,9 +264,14 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
     });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;  // a handler already answered with its JSON error
-        const std::string message = res.status == 404 ? "no route " + req.method + " " + req.path
-                                                      : "the request could not be served (HTTP " +
-                                                            std::to_string(res.status) + ")";
+        std::string message;
+        switch (res.status) {
+            case 404: message = "no route " + req.method + " " + quote_untrusted(req.path, 64); break;
+            case 400: message = "a malformed HTTP request"; break;
+            case 413: message = "the request is over the server's limits"; break;
+            case 414: message = "the request's path and query are too long"; break;
+            default: message = "the request could not be served (HTTP " + std::to_string(res.status) + ")";
+        }
         send_json(res, res.status, ApiError(res.status, "invalid_request_error", message).body());
     });
 }
@@ -196,6 +282,9 @@ int ApiServer::bind(const std::string& host, int port) {
     const int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
     require(bound > 0, "cannot listen on " + host + ":" + std::to_string(port) +
                            " (in use, or not an address of this machine): choose another --host or --port");
+    // Listening again sets the backlog (Linux): a burst of connections waits to be accepted
+    // rather than being dropped and retried by the clients' TCP seconds later.
+    if (listening_socket_ >= 0) ::listen(listening_socket_, SOMAXCONN);
     return bound;
 }
 

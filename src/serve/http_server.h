@@ -4,7 +4,8 @@
 //   GET /v1/models, GET /health, POST /tokenize, POST /detokenize
 // Every malformed request gets an OpenAI-style JSON error with a 4xx status; a request that
 // finds every slot busy and the queue full gets 503 with Retry-After. A client that
-// disconnects mid-stream cancels its generation, freeing the slot.
+// disconnects, mid-stream or while waiting for a whole answer, cancels its generation, freeing
+// the slot.
 #include <memory>
 #include <string>
 
@@ -36,6 +37,7 @@ private:
     const SpecialTokens special_;
     const std::string model_name_;
     std::unique_ptr<httplib::Server> http_;
+    int listening_socket_ = -1;
 };
 
 }  // namespace dqt

@@ -47,8 +47,11 @@ void TrainOptions::validate() const {
             "--fused-update needs --grad-accum 1: accumulating micro-batches needs the whole-model gradient buffer "
             "that fused updates do without");
     require(!model.tie_embeddings || method.quantize_head == method.quantize_embedding,
-            "the head is tied to the embedding (the default): pass both --quantize-embedding and --quantize-head, "
-            "or neither, or --untie-embeddings");
+            method.kind == Method::dqt
+                ? "the head is tied to the embedding (the default): pass both --quantize-embedding and --quantize-head, "
+                  "or neither, or --untie-embeddings"
+                : "the head is tied to the embedding (the default), which bitnet keeps in fp32: add --untie-embeddings "
+                  "to quantize a head of its own");
     for (const auto& [flag, bits] : {std::pair{"--compress-gradients", compression.gradient_bits},
                                      std::pair{"--compress-weights", compression.weight_bits}}) {
         require(bits == 0 || bits == 8 || bits == 4,
