@@ -1,3 +1,5 @@
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -65,6 +67,10 @@ void add_serve_command(CLI::App& app) {
         sigaddset(&signals, SIGINT);
         sigaddset(&signals, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        // Request bodies up to 8 MiB come and go: glibc would serve them from its heaps once the
+        // first was freed (its mmap threshold follows the largest freed block) and keep that
+        // memory after. A fixed threshold maps each from the system and returns it at free.
+        mallopt(M_MMAP_THRESHOLD, 256 << 10);
         set_num_threads(args->threads);
         args->engine.cache_type = parse_kv_cache_type(args->kv_cache);
         const InferenceFile loaded = load_inference_file(args->model);

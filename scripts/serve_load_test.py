@@ -2,7 +2,8 @@
 """Load test of `dqt serve`: starts it on a loopback port, sends a bounded mix of requests from
 several client threads (valid, streamed, streams the client abandons after the first chunk,
 malformed, oversized), and checks that the server answers every one as it should, stays up,
-frees every slot, and that its resident memory returns to its level after a warm-up.
+frees every slot, and that its resident memory returns to its level after a warm-up (the same
+mix, so the allocator's high-water mark of every request shape is set before it is measured).
 
     python3 scripts/serve_load_test.py runs/tern/checkpoint.dqt --requests 1000 --concurrency 16
 
@@ -105,20 +106,30 @@ def main():
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=500, help="requests of the mix before the idle RSS")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    if not 1 <= args.requests <= 100000 or not 1 <= args.concurrency <= 256:
-        sys.exit("serve_load_test: --requests must be 1..100000 and --concurrency 1..256")
+    if not 1 <= args.requests <= 100000 or not 0 <= args.warmup <= 100000 or not 1 <= args.concurrency <= 256:
+        sys.exit("serve_load_test: --requests must be 1..100000, --warmup 0..100000 and --concurrency 1..256")
 
     process, host, port = start_server(args.dqt, args.model, args.parallel, args.queue, args.threads)
     failures = []
     try:
         models = json.loads(request(host, port, "GET", "/v1/models")[1])
         context = models["data"][0]["context_length"]
-        # Warm-up: every slot used once (caches touched, scratch grown), then the idle RSS.
+        # Warm-up: the load's mix (slots and caches used, scratch grown, every request shape's
+        # allocations made once), then the idle RSS.
         warm = random.Random(0)
-        with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(lambda _: one("valid", host, port, context, warm), range(4 * args.parallel)))
+        warm_kinds = [(warm.choice(MIX), warm.randrange(1 << 30)) for _ in range(args.warmup)]
+
+        def warm_up(kind_and_seed):
+            try:
+                one(kind_and_seed[0], host, port, context, random.Random(kind_and_seed[1]))
+            except (OSError, http.client.HTTPException):
+                pass  # counted in the load below, not here
+
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            list(pool.map(warm_up, warm_kinds))
         rss_before = rss_kib(process.pid)
 
         rng = random.Random(args.seed)

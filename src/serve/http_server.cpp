@@ -21,7 +21,7 @@ constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr size_t kBodyLimit = 8 << 20;  // bytes of a request body
 // Handler threads beyond one a slot and queue place: for the quick routes, the 503s, and
 // clients that hold a connection open without a request (idle keep-alive, slow senders).
-constexpr size_t kSpareHandlers = 256;
+constexpr size_t kSpareHandlers = 64;
 constexpr time_t kKeepAliveSeconds = 2;  // an idle connection holds a handler thread this long
 
 // cpp-httplib 0.11 (Debian 12's) neither hands a handler its socket nor tells it whether the
