@@ -249,6 +249,9 @@ TEST(Cli, ADivergedRunStopsAndKeepsItsLastGoodCheckpoint) {
     EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
     const std::string metrics = read_bytes(out + "/metrics.jsonl");
     EXPECT_NE(metrics.find("\"step\":4,\"type\":\"skipped\""), std::string::npos) << metrics;
+    // Its checkpoint reads back (a skipped step's NaN norm once went into it as JSON null).
+    const CommandResult after_skips = run_dqt("eval " + out + "/checkpoint.dqt --eval-tokens 1024");
+    EXPECT_EQ(after_skips.exit_code, 0) << after_skips.output;
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --on-nonfinite ignore"), "unknown --on-nonfinite 'ignore'");
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "data_parallel/shard_plan.h"
 #include "train/data_parallel_step.h"
@@ -55,7 +57,8 @@ TrainingStep::Result TrainingStep::run(Activations& acts, float grad_scale, floa
                                        const std::function<void(int micro)>& fill) {
     Result result =
         fused_ ? run_fused(acts, grad_scale, lr, t, fill) : run_unfused(acts, grad_scale, lr, t, fill);
-    previous_grad_norm = result.grad_norm;
+    // A skipped step's norm is not finite: the last finite one stays (a checkpoint stores it).
+    if (std::isfinite(result.grad_norm)) previous_grad_norm = result.grad_norm;
     return result;
 }
 
