@@ -255,6 +255,25 @@ TEST(Cli, ADivergedRunStopsAndKeepsItsLastGoodCheckpoint) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --on-nonfinite ignore"), "unknown --on-nonfinite 'ignore'");
 }
 
+// The evaluations need one window of the validation split: a run that cannot have one is
+// refused before its first step, not after its last (where it once lost the whole run).
+TEST(Cli, AValidationSplitShorterThanOneWindowIsRefusedBeforeTraining) {
+    TempDir root("cli-short-val");
+    write_tiny_corpus(root / "corpus", 20);
+    write_bytes(root / "val.txt", "hello there");
+    ASSERT_EQ(run_dqt("data --corpus " + (root / "corpus") + " --val-corpus " + (root / "val.txt") + " --out " +
+                      (root / "data"))
+                  .exit_code,
+              0);
+    const std::string out = root / "run";
+    const std::string args = "train --data " + (root / "data") + " --out " + out +
+                             " --dim 32 --layers 2 --heads 2 --ffn 64 --seq-len 32 --batch 4 --steps 3 --no-sample --quiet";
+    expect_one_line_error(run_dqt(args), "is shorter than one evaluation window of 32 + 1 tokens");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --steps 3 --eval-tokens 16"),
+                          "--eval-tokens 16 is less than one evaluation window of 32 tokens");
+    EXPECT_FALSE(std::filesystem::exists(out + "/config.json"));
+}
+
 TEST(Cli, MethodFlagsAreCheckedBeforeAnythingIsWritten) {
     TempDir root("cli-method");
     const std::string out = root / "run";

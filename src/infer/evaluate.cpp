@@ -22,9 +22,13 @@ size_t evaluation_windows(const InferenceModel& model, const Shard& shard, int w
     require(window > 0 && window <= model.config.seq_len,
             "evaluation windows of " + std::to_string(window) + " tokens do not fit the model's context of " +
                 std::to_string(model.config.seq_len));
+    require(max_tokens <= 0 || max_tokens >= window,
+            "--eval-tokens " + std::to_string(max_tokens) + " is less than one evaluation window of " +
+                std::to_string(window) + " tokens (the model's context): pass at least " + std::to_string(window));
     const size_t windows = eval_window_count(shard, window, static_cast<size_t>(max_tokens));
-    require(windows > 0, "validation split has too few tokens for one window of " + std::to_string(window) +
-                             " tokens: use a larger corpus or a smaller --seq-len");
+    require(windows > 0, "the validation split (" + std::to_string(shard.token_count()) +
+                             " tokens) is shorter than one evaluation window of " + std::to_string(window) +
+                             " + 1 tokens (the model's context): use a larger validation corpus");
     return windows;
 }
 

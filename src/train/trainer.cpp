@@ -91,10 +91,12 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
     const Dataset& data = run.data;
     if (options.model.vocab_size == 0) options.model.vocab_size = data.tokenizer->vocab_size();
     options.validate();
+    const std::string fix = control.resume ? "resume with the dataset the run trained on"
+                            : init.model   ? "prepare the data with the --init-from model's tokenizer"
+                                           : "pass --vocab-size " + std::to_string(data.tokenizer->vocab_size());
     require(data.tokenizer->vocab_size() == options.model.vocab_size,
             "model vocab_size " + std::to_string(options.model.vocab_size) + " does not match the dataset's tokenizer (" +
-                std::to_string(data.tokenizer->vocab_size()) + "): pass --vocab-size " +
-                std::to_string(data.tokenizer->vocab_size()));
+                std::to_string(data.tokenizer->vocab_size()) + "): " + fix);
     if (init.model) {
         require(!control.resume, "--init-from starts a new run: a resumed run continues from its own checkpoint");
         require(same_tokenizer(*data.tokenizer, *init.tokenizer),
@@ -112,6 +114,16 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
     }
     require(data.train.token_count() > static_cast<size_t>(options.model.seq_len) + 1,
             "training split of " + options.data_dir + " is shorter than one sequence");
+    // The evaluations at the end (and every --eval-every steps) need one window: checked here,
+    // not after the training.
+    const int seq = options.model.seq_len;
+    require(options.eval_tokens >= seq, "--eval-tokens " + std::to_string(options.eval_tokens) +
+                                            " is less than one evaluation window of " + std::to_string(seq) +
+                                            " tokens (seq_len): pass at least " + std::to_string(seq));
+    require(data.val.token_count() > static_cast<size_t>(seq),
+            "the validation split of " + options.data_dir + " (" + std::to_string(data.val.token_count()) +
+                " tokens) is shorter than one evaluation window of " + std::to_string(seq) +
+                " + 1 tokens: give `dqt data` a larger --val-corpus or --val-fraction, or lower --seq-len");
     // Sizes checked against what can work before anything is allocated.
     require(options.tokens_per_step() <= static_cast<int64_t>(data.train.token_count()),
             "a step of " + std::to_string(options.tokens_per_step()) + " tokens (--batch x --grad-accum x seq_len) is " +
