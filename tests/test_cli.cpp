@@ -1,6 +1,7 @@
 // The `dqt` command line as a user meets it: bad input gets one clear error line and a
 // non-zero exit, and nothing is left half-written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -126,6 +127,17 @@ TEST(Cli, MissingInputsNameThePath) {
     expect_one_line_error(run_dqt("train --data " + (root / "no-data") + " --out " + (root / "run") + " --quiet"),
                           "no-data");
     expect_one_line_error(run_dqt("data --corpus " + (root / "no-corpus") + " --out " + (root / "d")), "no-corpus");
+    // Nor is a FIFO: opening one for reading waited for a writer, so every reader hung. The
+    // timeout turns a hang back into a failure here.
+    const std::string fifo = root / "fifo";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const auto within_30_s = [](const std::string& arguments) {
+        return run_command("timeout 30 " + std::string(DQT_BINARY) + " " + arguments);
+    };
+    for (const std::string& command : {"eval", "generate", "export", "serve", "bench serve"})
+        expect_one_line_error(within_30_s(command + " " + fifo), "not a regular file");
+    expect_one_line_error(within_30_s("data --corpus " + fifo + " --out " + (root / "d")), "not a regular file");
+    expect_one_line_error(within_30_s("train --config " + fifo + " --out " + (root / "run")), "not a regular file");
 }
 
 TEST(Cli, CorruptCheckpointsAreRefused) {

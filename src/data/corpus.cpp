@@ -110,6 +110,8 @@ std::vector<std::string> corpus_files(const std::string& path) {
     require(fs::exists(path, ec),
             "corpus " + path + " not found: run scripts/fetch_corpus.sh or pass an existing file or folder");
     if (!fs::is_directory(path, ec)) {
+        // Checked before opening: opening a FIFO waits for a writer, a device may never end.
+        require(fs::is_regular_file(path, ec), "corpus " + path + " is not a regular file or folder");
         require(is_jsonl(path) || fs::path(path).extension() != ".json",
                 "corpus file " + path + " is JSON: give JSON Lines (*.jsonl, one {\"text\": \"...\"} object a line) or "
                 "plain UTF-8 text");

@@ -102,12 +102,16 @@ Shard::Shard(const std::string& path) : path_(path) {
     const std::string fix = ": re-create it with `dqt data`";
     std::error_code ec;
     require(std::filesystem::exists(path, ec), name + " not found: run `dqt data` to create it");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
     require(fd >= 0, name + ": cannot open (" + std::strerror(errno) + "): check its permissions");
     struct stat info {};
     if (::fstat(fd, &info) != 0) {
         ::close(fd);
         throw Error(name + ": cannot stat (" + std::strerror(errno) + ")");
+    }
+    if (!S_ISREG(info.st_mode)) {
+        ::close(fd);
+        throw Error(name + ": not a regular file" + fix);
     }
     const auto file_bytes = static_cast<size_t>(info.st_size);
     if (file_bytes < sizeof(ShardHeader)) {

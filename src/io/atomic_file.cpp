@@ -187,7 +187,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 std::string read_file(const std::string& path, std::string_view what) {
     const std::string label = std::string(what) + " " + path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer;
+    // reads of a regular file ignore it.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw Error("cannot open " + label + ": " + errno_text());
     struct stat info {};
     if (::fstat(fd, &info) != 0) {

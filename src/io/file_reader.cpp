@@ -21,7 +21,9 @@ constexpr size_t kChunkBytes = size_t{4} << 20;  // of a checksum pass
 }  // namespace
 
 FileReader::FileReader(const std::string& path, const std::string& what) : label_(what + " " + path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer;
+    // reads of a regular file ignore it.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) throw Error("cannot open " + label_ + ": " + std::strerror(errno));
     struct stat info {};
     const bool stated = ::fstat(fd_, &info) == 0;

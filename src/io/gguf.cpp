@@ -304,6 +304,7 @@ uint32_t file_crc32_with_zeroed_slot(const std::string& path, std::ifstream& fil
 
 GgufReader::GgufReader(const std::string& path) : path_(path) {
     std::error_code error;
+    require(std::filesystem::is_regular_file(path, error), "cannot read GGUF file " + path + ": not a regular file");
     const uint64_t size = std::filesystem::file_size(path, error);
     require(!error, "cannot open GGUF file " + path + ": " + error.message());
     std::ifstream file(path, std::ios::binary);
@@ -458,6 +459,8 @@ void GgufReader::read_into(const TensorInfo& tensor, void* out, size_t bytes) co
 void GgufReader::read_into(const TensorInfo& tensor, void* out) const { read_into(tensor, out, tensor.bytes); }
 
 bool is_gguf_file(const std::string& path) {
+    std::error_code error;  // not opened unless regular: opening a FIFO waits for a writer
+    if (!std::filesystem::is_regular_file(path, error)) return false;
     std::ifstream file(path, std::ios::binary);
     char magic[4] = {};
     file.read(magic, 4);

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -109,6 +110,8 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
 }
 
 nlohmann::json load_model_config_json(const std::string& path) {
+    std::error_code error;  // checked before opening: opening a FIFO waits for a writer
+    require(std::filesystem::is_regular_file(path, error), "cannot read model config " + path + ": not a regular file");
     std::ifstream file(path);
     require(file.good(), "cannot open model config " + path);
     nlohmann::json j;
