@@ -46,11 +46,13 @@ void add_serve_command(CLI::App& app) {
     command->add_option("--port", args->port, "port to listen on (0 = any free port)")
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
-    command->add_option("--parallel", args->engine.parallel, "sequences generated at once (slots)")
-        ->check(positive_whole_number())
+    // Bounded: each slot and queue place holds an HTTP handler thread, and an engine step's
+    // work grows with the slots.
+    command->add_option("--parallel", args->engine.parallel, "sequences generated at once (slots), 1 to 1024")
+        ->check(CLI::Range(1, 1024))
         ->capture_default_str();
-    command->add_option("--queue", args->engine.queue, "requests that may wait for a slot (then 503)")
-        ->check(non_negative_whole_number())
+    command->add_option("--queue", args->engine.queue, "requests that may wait for a slot (then 503), 0 to 4096")
+        ->check(CLI::Range(0, 4096))
         ->capture_default_str();
     command->add_option("--context", args->engine.context, "positions of each slot's KV cache (0 = the model's)")
         ->check(non_negative_whole_number())

@@ -80,10 +80,10 @@ void add_bench_serve_command(CLI::App& bench) {
     add_model_flags(*command, args->model_flags, args->config_path);
     command->add_option("--bits", args->bits, "code width of the random default model: 1.58 (ternary) or 2..8")
         ->capture_default_str();
-    command->add_option("--streams", args->streams, "stream counts to time")
+    command->add_option("--streams", args->streams, "stream counts to time, each 1 to 1024 (dqt serve's --parallel)")
         ->delimiter(',')
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-        ->check(positive_whole_number());
+        ->check(CLI::Range(1, 1024));
     command->add_option("--prompt-tokens", args->prompt_tokens, "prompt length of each stream")
         ->check(positive_whole_number())
         ->capture_default_str();
