@@ -257,6 +257,10 @@ TEST(Cli, ADivergedRunStopsAndKeepsItsLastGoodCheckpoint) {
     expect_one_line_error(diverged, "the run diverged; " + out + "/checkpoint.dqt is kept as it was");
     const CommandResult evaluated = run_dqt("eval " + out + "/checkpoint.dqt --eval-tokens 1024");
     EXPECT_NE(evaluated.output.find("(step 1,"), std::string::npos) << evaluated.output;
+    // Started over, diverged before its first checkpoint: the old run's checkpoint went with
+    // the start, not left beside a config.json that describes another run.
+    expect_one_line_error(run_dqt(args + " --overwrite"), "step 2: the loss or the gradient norm is not finite");
+    EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     const CommandResult skipped = run_dqt(args + " --overwrite --on-nonfinite skip");
     EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
     const std::string metrics = read_bytes(out + "/metrics.jsonl");

@@ -152,13 +152,18 @@ void claim_run_folder(const TrainOptions& options, const RunControl& control, co
     std::string refusal;
     if (comm.is_root()) {
         try {
-            std::error_code ignored;
-            std::filesystem::create_directories(options.out_dir, ignored);
-            require(std::filesystem::is_directory(options.out_dir), "cannot create output folder " + options.out_dir);
+            std::error_code error;
+            std::filesystem::create_directories(options.out_dir, error);
+            require(std::filesystem::is_directory(options.out_dir),
+                    "cannot create output folder " + options.out_dir + ": " +
+                        (error ? error.message() : std::string("a file of that name is in the way")));
             folder_lock.emplace(options.out_dir);
             if (!control.resume && !control.overwrite && std::filesystem::exists(checkpoint_path))
                 refusal = options.out_dir + " already holds a run (" + checkpoint_path +
                           "): continue it with --resume, start it over with --overwrite, or choose another --out";
+            // Starting over: the old run's checkpoint goes now, so a new run that fails before its
+            // first checkpoint leaves none that its config.json does not describe.
+            if (refusal.empty() && !control.resume && control.overwrite) std::filesystem::remove(checkpoint_path, error);
         } catch (const Error& error) {
             refusal = error.what();
         }
