@@ -39,7 +39,7 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str();
     command->add_option("--top-p", args->sampling.top_p, "nucleus: smallest set with this mass")
         ->capture_default_str();
-    command->add_option("--seed", args->sampling.seed, "sampling seed")->capture_default_str();
+    command->add_option("--seed", args->sampling.seed, "sampling seed")->check(seed_number())->capture_default_str();
     command->add_option("--stop", args->stop, "end the text before this string (repeatable)")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

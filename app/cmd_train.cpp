@@ -180,7 +180,9 @@ void add_train_command(CLI::App& app) {
     command->add_flag("--async-checkpoint", args->async_checkpoint,
                       "write checkpoints on a background thread: training pauses only to copy the state "
                       "(memory: one more copy of the checkpoint, about its file size)");
-    command->add_option("--seed", o.seed, "seed of initialisation and data order")->capture_default_str();
+    command->add_option("--seed", o.seed, "seed of initialisation and data order")
+        ->check(seed_number())
+        ->capture_default_str();
     command->add_option("--init-from", o.init_from,
                         "start from a trained model's weights (a checkpoint, a GGUF file or a Hugging Face "
                         "folder) in this run's method: ternary codes by TWN (absmean from bitnet), n-bit codes "
@@ -191,7 +193,8 @@ void add_train_command(CLI::App& app) {
     command->add_flag("--resume", args->resume, "continue the run in --out from its checkpoint");
     command->add_flag("--overwrite", args->overwrite, "start a new run in an --out that holds one (its checkpoint is replaced)")
         ->excludes("--resume");
-    command->add_option("--stop-after", args->stop_after, "checkpoint and stop after this step (resume later)");
+    command->add_option("--stop-after", args->stop_after, "checkpoint and stop after this step (resume later)")
+        ->check(positive_whole_number());
     command->add_option("--code-stats-every", args->code_stats_every,
                         "every N steps, log how the quantized weights' codes move (metrics.jsonl, type \"codes\"; "
                         "holds two int8 copies of them)")

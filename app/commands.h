@@ -55,6 +55,8 @@ StateDtype resolve_optim_state(const MethodFlags& flags);
 // (whose messages print the largest double in 300 digits).
 CLI::Validator positive_whole_number();
 CLI::Validator non_negative_whole_number();
+// A seed: a whole number from 0 to 2^64 - 1 (CLI11 alone read "-1" as 2^64 - 1 and clamped 2^64).
+CLI::Validator seed_number();
 
 // --threads N (0 = all cores); applied with dqt::set_num_threads.
 void add_threads_flag(CLI::App& command, int& threads);

@@ -1,6 +1,7 @@
 // Validators for whole-number flags. CLI11's PositiveNumber and NonNegativeNumber name their
 // range with the largest double written out in full: a 300-digit message for `--top-k -2`.
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 
@@ -34,5 +35,17 @@ CLI::Validator whole_number_at_least(long long smallest, const std::string& desc
 CLI::Validator positive_whole_number() { return whole_number_at_least(1, "positive"); }
 
 CLI::Validator non_negative_whole_number() { return whole_number_at_least(0, "0 or more"); }
+
+CLI::Validator seed_number() {
+    return CLI::Validator(
+        [](const std::string& text) -> std::string {
+            unsigned long long value = 0;
+            const char* end = text.data() + text.size();
+            const auto [at, error] = std::from_chars(text.data(), end, value);
+            if (error == std::errc{} && at == end) return {};
+            return "must be a whole number from 0 to 18446744073709551615, got " + text;
+        },
+        "0 to 2^64 - 1");
+}
 
 }  // namespace dqt::cli

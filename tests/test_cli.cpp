@@ -79,8 +79,12 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --adam-eps inf"), "--adam-eps must be a positive finite");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --weight-decay inf"), "--weight-decay must be a finite");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-clip inf"), "--grad-clip must be a finite");
-    expect_one_line_error(run_dqt(tiny_train_args(out) + " --threads -3"), "--threads must be 0 (one per core)");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --threads -3"), "--threads must be 0 (one per CPU)");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --threads 10000"), "--threads 10000 is more than the");
+    // Seeds are unsigned: "-1" became 2^64 - 1 and 2^64 was clamped, both in silence.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --seed -1"), "--seed: must be a whole number from 0");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --seed 18446744073709551616"), "got 18446744073709551616");
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --stop-after -1"), "--stop-after: must be positive");
     // Sizes beyond the machine or the data: they allocated gigabytes and died in std::bad_alloc.
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 2000000000"), "GiB of memory");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --grad-accum 2000000000"),

@@ -11,7 +11,7 @@ namespace dqt {
 
 void set_num_threads(int threads) {
     const int cpus = omp_get_num_procs();  // the CPUs this process may run on
-    require(threads >= 0, "--threads must be 0 (one per core) or positive, got " + std::to_string(threads));
+    require(threads >= 0, "--threads must be 0 (one per CPU) or positive, got " + std::to_string(threads));
     // More threads than CPUs only wait on each other (10,000 saturated a 2-core machine).
     require(threads <= cpus, "--threads " + std::to_string(threads) + " is more than the " + std::to_string(cpus) +
                                  " CPUs this process may use: use at most " + std::to_string(cpus) +
