@@ -44,6 +44,16 @@ int main(int argc, char** argv) {
     dqt::cli::add_serve_command(app);
     dqt::cli::add_export_command(app);
     dqt::cli::add_bench_command(app);
+    // CLI11 answers an unknown first word with "A subcommand is required".
+    if (argc >= 2 && argv[1][0] != '-') {
+        std::string known;
+        bool found = false;
+        for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+            found = found || command->check_name(argv[1]);
+            known += (known.empty() ? "" : ", ") + command->get_name();
+        }
+        if (!found) return fail(("unknown command " + dqt::quote_untrusted(argv[1]) + ": use one of " + known).c_str(), 2);
+    }
     // Only training splits its work over ranks; any other command would run N times over.
     if (dqt::world().size() > 1 && (argc < 2 || std::string(argv[1]) != "train")) {
         return fail("only `dqt train` runs on several MPI ranks: start this command without mpirun", 2);

@@ -61,6 +61,7 @@ TEST(Cli, HelpListsSubcommands) {
 
 TEST(Cli, UnknownFlagIsRejected) {
     expect_one_line_error(run_dqt("train --no-such-flag 3"), "--no-such-flag");
+    expect_one_line_error(run_dqt("trian --steps 3"), "unknown command 'trian': use one of data, train");
 }
 
 TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
@@ -536,6 +537,10 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     const CommandResult generated = run_dqt("generate " + gguf + " --tokens 5 --temperature 0");
     EXPECT_EQ(generated.exit_code, 0) << generated.output;
     EXPECT_NE(generated.output.find("kernels: ternary"), std::string::npos) << generated.output;
+    // --tokens 0 prints the prompt alone (it was refused: "the context holds 22" for a 32-token model).
+    const CommandResult prompt_only = run_dqt("generate " + gguf + " --tokens 0 --prompt abc");
+    EXPECT_EQ(prompt_only.exit_code, 0) << prompt_only.output;
+    EXPECT_NE(prompt_only.output.find("3 prompt tokens, 0 generated"), std::string::npos) << prompt_only.output;
 
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --format onnx"), "unknown --format 'onnx'");
     // Export never overwrites its input (it did: a GGUF replaced the training checkpoint).

@@ -23,8 +23,9 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
                     std::to_string(context) + " with room for one new token: shorten --prompt");
     const int budget = std::min(max_new_tokens, context - static_cast<int>(tokens.size()));
 
-    // The cache holds what this generation can reach, not the whole context the file claims.
-    InferenceSession session(model, static_cast<int>(tokens.size()) + budget, cache_type);
+    // The cache holds what this generation can reach, not the whole context the file claims
+    // (and one position past the prompt, which a Generation asks for even when --tokens is 0).
+    InferenceSession session(model, static_cast<int>(tokens.size()) + std::max(budget, 1), cache_type);
     Generation generation(session, tokenizer, std::move(tokens), max_new_tokens, sampling, stop,
                           special.end_of_generation);
     while (!generation.prompt_ready()) generation.run_prompt_chunk(kPromptChunkTokens);  // untimed
