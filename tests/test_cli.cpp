@@ -102,6 +102,9 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     write_bytes(root / "fraction.json", "{\"n_kv_heads\": 2.9}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "fraction.json")),
                           "n_kv_heads must be a whole number, got '2.9'");
+    write_bytes(root / "typed.json", "{\"rope_theta\": \"nan\"}");  // named, not nlohmann's type_error.302
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "typed.json")),
+                          "rope_theta must be a number, got '\"nan\"'");
     write_bytes(root / "wide.json", "{\"vocab_size\": 4294967360}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "wide.json")),
                           "vocab_size = '4294967360' is out of range");

@@ -66,9 +66,11 @@ ModelConfig read_config(const nlohmann::json& j, const std::string& path, bool s
     c.norm_eps = static_cast<float>(positive_number(j, "rms_norm_eps", path, 1e-6));
     c.rope_theta = static_cast<float>(positive_number(j, "rope_theta", path, 10000.0));
     if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
+        require(c.dim % c.n_heads == 0, path + ": hidden_size " + std::to_string(c.dim) +
+                                            " is not a multiple of num_attention_heads " + std::to_string(c.n_heads));
         require(j.at("head_dim").is_number_integer() && j.at("head_dim").get<int64_t>() * c.n_heads == c.dim,
                 path + ": head_dim must be hidden_size / num_attention_heads (" +
-                    std::to_string(c.dim / std::max(c.n_heads, 1)) + "), got " + quote_untrusted(j.at("head_dim").dump()));
+                    std::to_string(c.dim / c.n_heads) + "), got " + quote_untrusted(j.at("head_dim").dump()));
     }
     const std::string act = j.contains("hidden_act") && j.at("hidden_act").is_string() ? j.at("hidden_act").get<std::string>()
                                                                                       : "silu";

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -78,6 +80,18 @@ int exact_int(const nlohmann::json& j, const char* key) {
     return value.get<int>();
 }
 
+// A number, boolean or string field: one that holds another type is named with what it holds.
+template <typename T>
+T typed(const nlohmann::json& j, const char* key) {
+    const nlohmann::json& value = j.at(key);
+    const char* expected = std::is_same_v<T, bool> ? "true or false" : std::is_same_v<T, std::string> ? "a string" : "a number";
+    const bool fits = std::is_same_v<T, bool> ? value.is_boolean()
+                      : std::is_same_v<T, std::string> ? value.is_string()
+                                                      : value.is_number();
+    require(fits, std::string("model config: ") + key + " must be " + expected + ", got " + quote_untrusted(value.dump()));
+    return value.get<T>();
+}
+
 }  // namespace
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -89,24 +103,19 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     for (const auto& [key, value] : j.items()) {
         require(known.count(key) == 1, "model config: unknown key " + quote_untrusted(key));
     }
-    try {
-        if (j.contains("dim")) c.dim = exact_int(j, "dim");
-        if (j.contains("n_layers")) c.n_layers = exact_int(j, "n_layers");
-        if (j.contains("n_heads")) c.n_heads = exact_int(j, "n_heads");
-        c.n_kv_heads = j.contains("n_kv_heads") ? exact_int(j, "n_kv_heads") : c.n_heads;
-        if (j.contains("ffn_dim")) c.ffn_dim = exact_int(j, "ffn_dim");
-        if (j.contains("vocab_size")) c.vocab_size = exact_int(j, "vocab_size");
-        if (j.contains("seq_len")) c.seq_len = exact_int(j, "seq_len");
-        if (j.contains("subln")) c.subln = j.at("subln").get<bool>();
-        if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<float>();
-        if (j.contains("norm_eps")) c.norm_eps = j.at("norm_eps").get<float>();
-        if (j.contains("init_std")) c.init_std = j.at("init_std").get<float>();
-        if (j.contains("tie_embeddings")) c.tie_embeddings = j.at("tie_embeddings").get<bool>();
-        if (j.contains("ffn_activation"))
-            c.ffn_activation = parse_gated_activation(j.at("ffn_activation").get<std::string>());
-    } catch (const nlohmann::json::exception& e) {
-        throw Error("model config: wrong value type (" + quote_untrusted(e.what(), 120) + ")");
-    }
+    if (j.contains("dim")) c.dim = exact_int(j, "dim");
+    if (j.contains("n_layers")) c.n_layers = exact_int(j, "n_layers");
+    if (j.contains("n_heads")) c.n_heads = exact_int(j, "n_heads");
+    c.n_kv_heads = j.contains("n_kv_heads") ? exact_int(j, "n_kv_heads") : c.n_heads;
+    if (j.contains("ffn_dim")) c.ffn_dim = exact_int(j, "ffn_dim");
+    if (j.contains("vocab_size")) c.vocab_size = exact_int(j, "vocab_size");
+    if (j.contains("seq_len")) c.seq_len = exact_int(j, "seq_len");
+    if (j.contains("subln")) c.subln = typed<bool>(j, "subln");
+    if (j.contains("rope_theta")) c.rope_theta = typed<float>(j, "rope_theta");
+    if (j.contains("norm_eps")) c.norm_eps = typed<float>(j, "norm_eps");
+    if (j.contains("init_std")) c.init_std = typed<float>(j, "init_std");
+    if (j.contains("tie_embeddings")) c.tie_embeddings = typed<bool>(j, "tie_embeddings");
+    if (j.contains("ffn_activation")) c.ffn_activation = parse_gated_activation(typed<std::string>(j, "ffn_activation"));
 }
 
 nlohmann::json load_model_config_json(const std::string& path) {

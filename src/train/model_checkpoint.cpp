@@ -1,6 +1,7 @@
 #include "train/model_checkpoint.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <utility>
@@ -157,7 +158,11 @@ RunMetadata read_run_metadata(const CheckpointReader& reader, const std::string&
     try {
         run.options = meta.at("options").get<TrainOptions>();
         run.tokenizer_kind = meta.at("tokenizer_kind").get<std::string>();
-        run.position.step = meta.at("step").get<int>();
+        // Read wide, then bounded: get<int> would wrap 2^32 + 2 to 2 and 10^15 to a negative.
+        const int64_t step = meta.at("step").get<int64_t>();
+        require(step >= 0 && step <= INT_MAX,
+                "checkpoint " + path + ": its step " + std::to_string(step) + " is out of range: the file is corrupt");
+        run.position.step = static_cast<int>(step);
         run.position.previous_grad_norm = meta.at("previous_grad_norm").get<double>();
     } catch (const nlohmann::json::exception& e) {
         throw Error("checkpoint " + path + ": its metadata is not what dqt writes (" + quote_untrusted(e.what(), 120) +
