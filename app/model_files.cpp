@@ -12,6 +12,18 @@
 
 namespace dqt::cli {
 
+namespace {
+
+// A folder that is not a Hugging Face model's would otherwise be read as a checkpoint file and
+// refused as "not a regular file".
+void refuse_other_folder(const std::string& path) {
+    require(!std::filesystem::is_directory(path),
+            path + " is a folder without config.json: give a checkpoint, a GGUF file or a Hugging Face model folder "
+                   "(config.json, *.safetensors and its tokenizer)");
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_tokenizer_from(const std::string& path) {
     if (is_hf_folder(path)) return import_hf_tokenizer(path);
     if (std::filesystem::is_directory(path)) {
@@ -34,6 +46,7 @@ ModelFile load_model_file(const std::string& path) {
         return {std::move(imported.model), std::move(imported.tokenizer), imported.data_dir, 0,
                 std::move(imported.special)};
     }
+    refuse_other_folder(path);
     LoadedModel loaded = load_model_checkpoint(path);
     return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step,
             loaded.options.special_tokens};
@@ -46,6 +59,7 @@ InferenceFile load_inference_file(const std::string& path) {
                 std::move(opened.special)};
     }
     if (!is_hf_folder(path)) {
+        refuse_other_folder(path);
         OpenedCheckpoint opened = open_model_checkpoint(path);
         return {std::make_unique<InferenceModel>(*opened.tensors), std::move(opened.tokenizer), opened.options.data_dir,
                 opened.step, opened.options.special_tokens};

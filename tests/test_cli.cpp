@@ -135,6 +135,7 @@ TEST(Cli, MissingInputsNameThePath) {
     expect_one_line_error(run_dqt("train --data " + (root / "no-data") + " --out " + (root / "run") + " --quiet"),
                           "no-data");
     expect_one_line_error(run_dqt("data --corpus " + (root / "no-corpus") + " --out " + (root / "d")), "no-corpus");
+    expect_one_line_error(run_dqt("eval " + (root / "")), "is a folder without config.json");
     // Nor is a FIFO: opening one for reading waited for a writer, so every reader hung. The
     // timeout turns a hang back into a failure here.
     const std::string fifo = root / "fifo";

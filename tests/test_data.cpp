@@ -422,6 +422,9 @@ TEST(Shard, RoundTripsTwoAndFourByteTokens) {
     }
     write_shard(dir.file("empty.bin"), {}, 256, 0);
     EXPECT_EQ(Shard(dir.file("empty.bin")).token_count(), 0u);
+    // Tokens from no text: eval divided by the 0 bytes and printed "inf bits/byte".
+    write_shard(dir.file("no-text.bin"), iota_tokens(10, 256), 256, 0);
+    expect_error([&] { Shard shard(dir.file("no-text.bin")); }, {"came from 0 bytes of text"});
 }
 
 TEST(Shard, MoveKeepsTheMapping) {

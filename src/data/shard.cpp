@@ -156,6 +156,8 @@ Shard::Shard(const std::string& path) : path_(path) {
         bytes_per_token_ = static_cast<int>(header.bytes_per_token);
         vocab_size_ = static_cast<int>(header.vocab_size);
         source_bytes_ = header.source_bytes;
+        require(source_bytes_ > 0 || token_count_ == 0,
+                name + ": header says its " + std::to_string(token_count_) + " tokens came from 0 bytes of text" + fix);
         // A checksum-valid file can still hold ids its vocabulary does not have (crafted, or
         // written by another program): the embedding lookup would read outside its table.
         for (size_t i = 0; i < token_count_; ++i) {
