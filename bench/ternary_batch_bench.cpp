@@ -11,6 +11,9 @@
 //   build/bench_ternary_batch 1 3 8      the given row counts
 //   build/bench_ternary_batch --2b 4 8   the 2B shape's layers (rows of 2560 and 6912 weights)
 //   build/bench_ternary_batch --avx2     the AVX2 path (and its limit) on a CPU with AVX-512 too
+//   build/bench_ternary_batch --vnni     the AVX-512 VNNI path on a CPU with AMX too
+// On a CPU with AMX the best path runs 2 to 16 rows on the tiles; its limit line is still the
+// vpdpbusd one, which the tiles pass (the read limit is theirs).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -100,6 +103,10 @@ int main(int argc, char** argv) {
             isa = dqt::IntegerIsa::avx2;
             continue;
         }
+        if (std::strcmp(argv[i], "--vnni") == 0) {
+            isa = dqt::IntegerIsa::avx512_vnni;
+            continue;
+        }
         const int rows = std::atoi(argv[i]);
         if (rows < 1 || rows > 64) {
             std::fprintf(stderr, "bench_ternary_batch: a row count is 1 to 64, not '%s'\n", argv[i]);
@@ -112,7 +119,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX2, the least of the paths it times\n");
         return 1;
     }
-    const bool vnni = isa == dqt::IntegerIsa::avx512_vnni;
+    const bool vnni = dqt::runs_avx512_vnni(isa);
     const int macs_per_instruction = vnni ? 64 : 32;
     const char* instruction = vnni ? "vpdpbusd" : "vpmaddubsw";
     // One block's linears as (rows, cols): q, k, v, o, gate, up, down.

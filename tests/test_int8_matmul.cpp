@@ -21,7 +21,7 @@
 namespace dqt {
 namespace {
 
-constexpr IntegerIsa kAllIsas[] = {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni};
+constexpr IntegerIsa kAllIsas[] = {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni, IntegerIsa::avx512_amx};
 
 std::vector<int8_t> random_codes(std::mt19937& rng, size_t count, int low = -128, int high = 127) {
     return testing::random_int8(rng, count, low, high);

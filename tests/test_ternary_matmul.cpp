@@ -85,7 +85,7 @@ TEST(TernaryMatmul, EveryPathMatchesTheReferenceBitForBitOnRandomShapes) {
         quantize_rows_int8(x.data(), n, cols, a);
         std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size());
         ternary_matmul_reference(w, a, expected.data());
-        for (IntegerIsa isa : {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+        for (IntegerIsa isa : {IntegerIsa::scalar, IntegerIsa::avx2, IntegerIsa::avx512_vnni, IntegerIsa::avx512_amx}) {
             if (!integer_isa_supported(isa)) continue;
             ++paths_run;
             std::fill(got.begin(), got.end(), NAN);
@@ -144,16 +144,16 @@ TEST(TernaryMatmul, AvxTwoPromptTilesMatchTheReference) {
 }
 
 // The small-batch kernels (kernels/ternary_tiles.cpp) split their rows into groups (AVX-512: 1,
-// 3 or 4 rows; AVX2: 4 at a time): every row count they serve, so every split, against the
-// reference, on random shapes and at the 16-bit partial sums' extremes (every code 1, every
-// activation +-127, long rows).
+// 3 or 4 rows; AVX2: 4 at a time; AMX: one tile of them all): every row count they serve, so
+// every split, against the reference, on random shapes and at the 16-bit partial sums' extremes
+// (every code 1, every activation +-127, long rows).
 TEST(TernaryMatmul, SmallBatchKernelsMatchTheReferenceAtEveryRowCount) {
     const uint64_t seed = dqt::testing::test_seed();
     SCOPED_TRACE(dqt::testing::seed_trace(seed));
     std::mt19937 rng(static_cast<uint32_t>(seed));
     std::uniform_int_distribution<int> dim(1, 600);
     bool ran = false;
-    for (const IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni}) {
+    for (const IntegerIsa isa : {IntegerIsa::avx2, IntegerIsa::avx512_vnni, IntegerIsa::avx512_amx}) {
         if (!integer_isa_supported(isa)) continue;
         ran = true;
         for (int n = 1; n <= kSmallBatchMaxRows; ++n) {
@@ -172,6 +172,40 @@ TEST(TernaryMatmul, SmallBatchKernelsMatchTheReferenceAtEveryRowCount) {
         }
     }
     if (!ran) GTEST_SKIP() << "no AVX2 here";
+}
+
+// The AMX kernel passes 64 weight rows at a time (four tiles of 16), which ternary_matmul's
+// 16-row tasks never show it: whole ranges as the inference session hands one thread, cut at
+// random places, every batch size it serves, against the reference; columns outside the range
+// stay as they were.
+TEST(TernaryMatmul, AmxSmallBatchesMatchTheReferenceOverRowRanges) {
+    if (!integer_isa_supported(IntegerIsa::avx512_amx)) GTEST_SKIP() << "no AMX here";
+    const uint64_t seed = dqt::testing::test_seed();
+    SCOPED_TRACE(dqt::testing::seed_trace(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int> dim(1, 300);
+    for (int n = kAmxMinRows; n <= kSmallBatchMaxRows; ++n) {
+        const int rows = dim(rng), cols = dim(rng) * 3;
+        const int row_begin = std::uniform_int_distribution<int>(0, rows - 1)(rng);
+        const int row_end = std::uniform_int_distribution<int>(row_begin + 1, rows)(rng);
+        const auto q = random_codes(rng, rows * cols);
+        const TernaryMatrix w = pack_ternary(q.data(), rows, cols, 0.023f);
+        const auto x = random_rows(rng, n * cols);
+        Int8Rows a;
+        quantize_rows_int8(x.data(), n, cols, a);
+        std::vector<float> expected(static_cast<size_t>(n) * rows), got(expected.size(), NAN);
+        ternary_matmul_reference(w, a, expected.data());
+        ternary_matmul_rows(w, a, got.data(), row_begin, row_end, IntegerIsa::avx512_amx);
+        for (int r = 0; r < n; ++r)
+            for (int o = 0; o < rows; ++o) {
+                const size_t i = static_cast<size_t>(r) * rows + o;
+                if (o >= row_begin && o < row_end)
+                    ASSERT_EQ(got[i], expected[i]) << "batch " << n << " rows " << rows << " cols " << cols << " at " << r
+                                                   << ", " << o;
+                else
+                    ASSERT_TRUE(std::isnan(got[i])) << "batch " << n << ": column " << o << " outside the range written";
+            }
+    }
 }
 
 // A prompt's many rows go to oneDNN's int8 GEMM over unpacked codes (where the int8 product's

@@ -32,7 +32,8 @@ constexpr int kOneDnnWeightRowBlock = 512;
 Int8TileKernel tile_kernel(IntegerIsa isa, int activation_rows) {
     switch (isa) {
         case IntegerIsa::avx2: return int8_tile_kernel_avx2(activation_rows);
-        case IntegerIsa::avx512_vnni: return int8_tile_kernel_avx512_vnni(activation_rows);
+        case IntegerIsa::avx512_vnni:
+        case IntegerIsa::avx512_amx: return int8_tile_kernel_avx512_vnni(activation_rows);
         case IntegerIsa::scalar: break;
     }
     return int8_tile_kernel_scalar(activation_rows);
@@ -109,7 +110,7 @@ void int8_gemm_exact(bool b_transposed, int m, int n, int k, const int8_t* a, in
 }
 
 bool int8_matmul_uses_onednn(int activation_rows, int padded_cols, IntegerIsa isa) {
-    return isa == IntegerIsa::avx512_vnni &&
+    return runs_avx512_vnni(isa) &&
            static_cast<int64_t>(activation_rows) * padded_cols >= kOneDnnMinActivationBytes;
 }
 

@@ -25,7 +25,7 @@ void check_operands(const TernaryMatrix& w, const Int8Rows& x, IntegerIsa isa) {
 
 // The prompt's tiles on the paths that run them (AVX2 prompts take ternary_prompt_rows_avx2).
 TernaryTileKernel tile_kernel(IntegerIsa isa) {
-    return isa == IntegerIsa::avx512_vnni ? ternary_tile_kernel_avx512_vnni() : ternary_tile_kernel_scalar();
+    return runs_avx512_vnni(isa) ? ternary_tile_kernel_avx512_vnni() : ternary_tile_kernel_scalar();
 }
 
 // factors[r] (x.rows) turns activation row r's exact integer dots into outputs; one buffer a
@@ -135,9 +135,11 @@ void ternary_matmul_rows(const TernaryMatrix& w, const Int8Rows& x, float* out, 
     check_operands(w, x, isa);
     const int blocks = w.padded_cols / kTernaryBlock;
     const float* factors = output_factors(w, x);
-    if (x.rows <= kSmallBatchMaxRows && (isa == IntegerIsa::avx512_vnni || isa == IntegerIsa::avx2)) {
-        const auto small_batch =
-            isa == IntegerIsa::avx512_vnni ? ternary_small_batch_rows_avx512_vnni : ternary_small_batch_rows_avx2;
+    if (x.rows <= kSmallBatchMaxRows && isa != IntegerIsa::scalar) {
+        const auto small_batch = isa == IntegerIsa::avx2 ? ternary_small_batch_rows_avx2
+                                 : isa == IntegerIsa::avx512_amx && x.rows >= kAmxMinRows
+                                     ? ternary_small_batch_rows_amx
+                                     : ternary_small_batch_rows_avx512_vnni;
         small_batch(w.packed.data(), w.row_bytes(), row_begin, row_end, x.row(0), static_cast<size_t>(x.padded_cols),
                     x.rows, x.sums.data(), factors, blocks, out, static_cast<size_t>(w.rows));
         return;

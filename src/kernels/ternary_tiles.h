@@ -32,6 +32,17 @@ void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_byte
                                           const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
                                           const float* factors, int blocks, float* out, size_t out_stride);
 
+// The same small batches on Intel's AMX tiles (kernels/ternary_amx.cpp), operands and outputs as
+// ternary_small_batch_rows_avx512_vnni: 32 weight rows a pass, each block's codes unpacked once
+// by AVX-512 into an L1 buffer the tiles load, multiplied by tdpbusd 16 weight rows x a_rows
+// activation rows at a time. Needs IntegerIsa::avx512_amx (kernels/integer_isa.h).
+// ternary_matmul uses it from kAmxMinRows to kSmallBatchMaxRows: at 5 rows the VNNI kernel was
+// still 1.04x faster on one thread of the 2B shape, at 6 the tiles 1.07x (bench_ternary_batch).
+inline constexpr int kAmxMinRows = 6;
+void ternary_small_batch_rows_amx(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
+                                  const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
+                                  const float* factors, int blocks, float* out, size_t out_stride);
+
 // Decode and small batches on AVX2 (a_rows activation rows a_stride apart, blocks * 256 values
 // each), as ternary_small_batch_rows_avx512_vnni: weight rows [row_begin, row_end) of packed
 // rows (row_bytes apart), out[i * out_stride + o] = factors[i] * (dot_i(o) - a_sums[i]). Each
