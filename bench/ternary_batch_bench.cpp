@@ -12,8 +12,8 @@
 //   build/bench_ternary_batch --2b 4 8   the 2B shape's layers (rows of 2560 and 6912 weights)
 //   build/bench_ternary_batch --avx2     the AVX2 path (and its limit) on a CPU with AVX-512 too
 //   build/bench_ternary_batch --vnni     the AVX-512 VNNI path on a CPU with AMX too
-// On a CPU with AMX the best path runs 2 to 16 rows on the tiles; its limit line is still the
-// vpdpbusd one, which the tiles pass (the read limit is theirs).
+// On a CPU with AMX the best path runs 6 to 16 rows on the tiles (kAmxMinRows); its limit line
+// is still the vpdpbusd one, which the tiles pass (the read limit is theirs).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -116,7 +116,9 @@ int main(int argc, char** argv) {
     }
     if (!asked.empty()) row_counts = asked;
     if (isa == dqt::IntegerIsa::scalar || !dqt::integer_isa_supported(isa)) {
-        std::fprintf(stderr, "bench_ternary_batch: this CPU lacks AVX2, the least of the paths it times\n");
+        // best_integer_isa() is scalar only on a CPU without AVX2, the least path this times.
+        std::fprintf(stderr, "bench_ternary_batch: this CPU lacks the %s path\n",
+                     dqt::integer_isa_name(isa == dqt::IntegerIsa::scalar ? dqt::IntegerIsa::avx2 : isa));
         return 1;
     }
     const bool vnni = dqt::runs_avx512_vnni(isa);

@@ -174,8 +174,8 @@ TEST(TernaryMatmul, SmallBatchKernelsMatchTheReferenceAtEveryRowCount) {
     if (!ran) GTEST_SKIP() << "no AVX2 here";
 }
 
-// The AMX kernel passes 64 weight rows at a time (four tiles of 16), which ternary_matmul's
-// 16-row tasks never show it: whole ranges as the inference session hands one thread, cut at
+// The AMX kernel passes 32 weight rows at a time (two tiles of 16), whose second tile
+// ternary_matmul's 16-row tasks never reach: whole ranges as the inference session hands one thread, cut at
 // random places, every batch size it serves, against the reference; columns outside the range
 // stay as they were.
 TEST(TernaryMatmul, AmxSmallBatchesMatchTheReferenceOverRowRanges) {

@@ -3,8 +3,9 @@
 // kernels/int8_matmul.h), picked at run time by CPU features: the build has no -march flag.
 namespace dqt {
 
-// avx512_amx is avx512_vnni whose small batches (2 to 16 activation rows) of the ternary
-// product run on Intel's AMX tiles; everything else runs the avx512_vnni code.
+// avx512_amx is avx512_vnni whose small batches (kAmxMinRows to 16 activation rows,
+// kernels/ternary_tiles.h) of the ternary product run on Intel's AMX tiles; everything else runs
+// the avx512_vnni code.
 enum class IntegerIsa { scalar, avx2, avx512_vnni, avx512_amx };
 const char* integer_isa_name(IntegerIsa isa);  // "scalar", "avx2", "avx512-vnni", "avx512-amx"
 bool integer_isa_supported(IntegerIsa isa);    // by this CPU's features
