@@ -7,8 +7,8 @@
 // activations of that k-step, and the sums are 16 weight rows x a_rows activation rows. The
 // weights still have to be unpacked from 2 bits to bytes, by AVX-512 into an L1 buffer the
 // tiles load from: that, and the weights' read, is what a step costs, not the products, so
-// the time hardly grows from 6 to 16 activation rows (docs/results.md, "Eight streams on AMX
-// tiles"). Below 6 rows the VNNI kernel is faster (kAmxMinRows).
+// the time hardly grows from 5 to 16 activation rows (docs/results.md, "Eight streams on AMX
+// tiles"). Below 5 rows the VNNI kernel is as fast (kAmxMinRows).
 //
 // Columns inside a block are taken in the order the codes unpack in: shifting a block's 64
 // bytes right by 2n and masking gives the codes of columns 256b + 128h + 32n + m (byte 32h + m),
@@ -73,16 +73,17 @@ void arrange_activations(const int8_t* a, size_t a_stride, int a_rows, int block
 // k-step n of row i. Rows past `count` keep earlier codes; their sums are not written. The next
 // pass's bytes (from next_pass) are prefetched in address order, a block's share of them a
 // block: these reads jump from row to row, which the hardware prefetcher alone followed at half
-// the read limit.
+// the read limit. One prefetch goes with each row's load: issued 32 at a time they held the
+// line-fill buffers, and the loads behind them waited (an 8-stream serve step ran 17% slower).
 __attribute__((target("avx512f,avx512bw"))) void unpack_block(const uint8_t* rows, size_t row_bytes, int b, int count,
                                                                const uint8_t* next_pass,
                                                                uint8_t (*codes)[kPassRows][kStepColumns]) {
-    for (int l = 0; l < kPassRows; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(next_pass + (static_cast<size_t>(b) * kPassRows + l) * 64), _MM_HINT_T1);
     const __m512i low2 = _mm512_set1_epi8(3);
     for (int i = 0; i < count; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(next_pass + (static_cast<size_t>(b) * kPassRows + i) * 64), _MM_HINT_T1);
         const __m512i w = _mm512_loadu_si512(rows + static_cast<size_t>(i) * row_bytes +
                                              static_cast<size_t>(b) * kTernaryBlockBytes);
+#pragma GCC unroll 4
         for (int n = 0; n < 4; ++n) _mm512_store_si512(codes[n][i], _mm512_and_si512(_mm512_srli_epi16(w, 2 * n), low2));
     }
 }

@@ -36,9 +36,9 @@ void ternary_small_batch_rows_avx512_vnni(const uint8_t* packed, size_t row_byte
 // ternary_small_batch_rows_avx512_vnni: 32 weight rows a pass, each block's codes unpacked once
 // by AVX-512 into an L1 buffer the tiles load, multiplied by tdpbusd 16 weight rows x a_rows
 // activation rows at a time. Needs IntegerIsa::avx512_amx (kernels/integer_isa.h).
-// ternary_matmul uses it from kAmxMinRows to kSmallBatchMaxRows: at 5 rows the VNNI kernel was
-// still 1.04x faster on one thread of the 2B shape, at 6 the tiles 1.07x (bench_ternary_batch).
-inline constexpr int kAmxMinRows = 6;
+// ternary_matmul uses it from kAmxMinRows to kSmallBatchMaxRows: on one thread of the 2B shape
+// the tiles ran 5 rows 1.33x faster than the VNNI kernel, 4 rows only 1.03x (bench_ternary_batch).
+inline constexpr int kAmxMinRows = 5;
 void ternary_small_batch_rows_amx(const uint8_t* packed, size_t row_bytes, int row_begin, int row_end,
                                   const int8_t* a, size_t a_stride, int a_rows, const int32_t* a_sums,
                                   const float* factors, int blocks, float* out, size_t out_stride);
