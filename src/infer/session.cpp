@@ -302,16 +302,38 @@ void with_cache_layer(KvCache& cache, size_t layer, F f) {
 
 }  // namespace
 
-void InferenceSession::attend(int layer, int kv_begin, int kv_end, float* out) {
+void InferenceSession::attend(int layer, const ThreadPart& part, bool own_heads, float* out) {
     const ModelConfig& c = model_.config;
-    const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
-    const int head_begin = kv_begin * group, head_end = kv_end * group;
+    const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads, H = c.n_kv_heads;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
+    // Without own_heads, the (group, kv head) pairs in group-major order are cut into the
+    // threads' shares by their cost, a group's rows times the positions they attend to: a pair
+    // goes to the thread whose share holds its middle. Every thread computes the same cut.
+    const auto pair_cost = [](const RowGroup& g) { return static_cast<double>(g.rows) * (g.pos + g.rows); };
+    double total_cost = 0;
+    for (const RowGroup& g : groups_) total_cost += H * pair_cost(g);
+    double cost_before = 0;  // of the pairs of earlier groups
     // Each group's rows are stored first, then each attends to the positions up to its own (a
     // chunk's rows sharing the cache's loads), reading its key and value back from the cache (an
     // fp16 one rounds them). Decode's chains are the training forward's, so a prompt from
     // position 0 gets its bits.
-    for (const RowGroup& g : groups_) {
+    for (size_t index = 0; index < groups_.size(); ++index) {
+        const RowGroup& g = groups_[index];
+        int kv_begin = part.kv_begin, kv_end = part.kv_end;
+        if (!own_heads) {
+            const double cost = pair_cost(g);
+            const auto owner = [&](int h) {
+                const int share = static_cast<int>((cost_before + (h + 0.5) * cost) * part.threads / total_cost);
+                return std::min(share, part.threads - 1);
+            };
+            kv_begin = 0;
+            while (kv_begin < H && owner(kv_begin) < part.thread) ++kv_begin;
+            kv_end = kv_begin;
+            while (kv_end < H && owner(kv_end) == part.thread) ++kv_end;
+            cost_before += H * cost;
+        }
+        if (kv_begin >= kv_end) continue;
+        const int head_begin = kv_begin * group, head_end = kv_end * group;
         const size_t first = static_cast<size_t>(g.first_row);
         float* q = q_.data() + first * C;
         rope_forward_heads(q, g.rows, C, head_begin, head_end, rope_, g.pos);
@@ -372,7 +394,8 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
                                   &wv = layer_linear(w, step.weights[2]);
             const ProductInput input = prepare_input(step.in, wq, part);
             // With kv heads split evenly, a thread computes the q, k and v of its own heads and
-            // attends without waiting; otherwise the rows are split evenly and the threads meet first.
+            // attends without waiting; otherwise the rows are split evenly and the threads meet
+            // before each attends to its share of the (group, kv head) pairs.
             if (c.n_kv_heads % part.threads == 0) {
                 const int D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
                 multiply(wq, input, q_.data(), block_rows_, part.kv_begin * group * D, part.kv_end * group * D);
@@ -383,7 +406,7 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
                                part.threads);
                 team_barrier_.arrive_and_wait();
             }
-            attend(layer, part.kv_begin, part.kv_end, out);
+            attend(layer, part, c.n_kv_heads % part.threads == 0, out);
             team_barrier_.arrive_and_wait();
             return;
         }

@@ -136,7 +136,8 @@ private:
     // run uses (one per thread of `team`, or the shared copy when the rows are split).
     void reserve(int n, int team, bool split_rows);
     // One thread's part of the team's work: its rows of the elementwise work, its kv heads (their
-    // q, k, v rows, RoPE, cache writes and attention) and its columns of the feed-forward.
+    // q, k and v rows, and where the heads split evenly over the threads also their RoPE, cache
+    // writes and attention: see attend) and its columns of the feed-forward.
     struct ThreadPart {
         RowShare rows;
         int n;  // token rows of the run
@@ -194,10 +195,12 @@ private:
     // The forward of the n rows of groups_, then the head on each group's rows (all) or its last
     // row (last), into logits_; the caches' lengths are the caller's.
     void forward(const int32_t* tokens, int n, LogitRows rows);
-    // Attention of kv heads [kv_begin, kv_end) and their query heads over the rows of groups_,
-    // each group in its cache: RoPE, the keys and values into the cache (rounded to what an
-    // fp16 cache holds), then their attention into out (n, C).
-    void attend(int layer, int kv_begin, int kv_end, float* out);
+    // This thread's attention over the rows of groups_, each group in its cache: RoPE, the keys
+    // and values into the cache (rounded to what an fp16 cache holds), then the attention into
+    // out (n, C). With own_heads, kv heads [kv_begin, kv_end) of every group (the thread computed
+    // only their q, k and v); otherwise its share of all (group, kv head) pairs, so that kv heads
+    // that do not split evenly over the threads (5 over 2) still give each an equal part.
+    void attend(int layer, const ThreadPart& part, bool own_heads, float* out);
     // The final norm of the residual rows head_sources_ of x, then the head's products over
     // every thread.
     void run_head(const float* x);
