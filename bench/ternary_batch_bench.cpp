@@ -12,7 +12,7 @@
 //   build/bench_ternary_batch --2b 4 8   the 2B shape's layers (rows of 2560 and 6912 weights)
 //   build/bench_ternary_batch --avx2     the AVX2 path (and its limit) on a CPU with AVX-512 too
 //   build/bench_ternary_batch --vnni     the AVX-512 VNNI path on a CPU with AMX too
-// On a CPU with AMX the best path runs 6 to 16 rows on the tiles (kAmxMinRows); its limit line
+// On a CPU with AMX the best path runs kAmxMinRows to 16 rows on the tiles; its limit line
 // is still the vpdpbusd one, which the tiles pass (the read limit is theirs).
 #include <immintrin.h>
 #include <omp.h>

@@ -175,9 +175,9 @@ TEST(TernaryMatmul, SmallBatchKernelsMatchTheReferenceAtEveryRowCount) {
 }
 
 // The AMX kernel passes 32 weight rows at a time (two tiles of 16), whose second tile
-// ternary_matmul's 16-row tasks never reach: whole ranges as the inference session hands one thread, cut at
-// random places, every batch size it serves, against the reference; columns outside the range
-// stay as they were.
+// ternary_matmul's 16-row tasks never reach: whole ranges as the inference session hands one
+// thread, cut at random places, every batch size it serves, against the reference; columns
+// outside the range stay as they were.
 TEST(TernaryMatmul, AmxSmallBatchesMatchTheReferenceOverRowRanges) {
     if (!integer_isa_supported(IntegerIsa::avx512_amx)) GTEST_SKIP() << "no AMX here";
     const uint64_t seed = dqt::testing::test_seed();

@@ -290,6 +290,10 @@ InferenceSession::ProductInput InferenceSession::prepare_input(BlockValue value,
 
 namespace {
 
+// Whether each thread computes the q, k and v of its own kv heads and attends to them alone;
+// otherwise the rows of those products and the attention's pairs are shared out apart.
+bool kv_heads_split_evenly(const ModelConfig& c, int threads) { return c.n_kv_heads % threads == 0; }
+
 // f(keys, values) of `layer` in `cache`, of the cache's element type.
 template <typename F>
 void with_cache_layer(KvCache& cache, size_t layer, F f) {
@@ -302,11 +306,12 @@ void with_cache_layer(KvCache& cache, size_t layer, F f) {
 
 }  // namespace
 
-void InferenceSession::attend(int layer, const ThreadPart& part, bool own_heads, float* out) {
+void InferenceSession::attend(int layer, const ThreadPart& part, float* out) {
     const ModelConfig& c = model_.config;
+    const bool own_heads = kv_heads_split_evenly(c, part.threads);
     const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads, H = c.n_kv_heads;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
-    // Without own_heads, the (group, kv head) pairs in group-major order are cut into the
+    // Otherwise the (group, kv head) pairs in group-major order are cut into the
     // threads' shares by their cost, a group's rows times the positions they attend to: a pair
     // goes to the thread whose share holds its middle. Every thread computes the same cut.
     const auto pair_cost = [](const RowGroup& g) { return static_cast<double>(g.rows) * (g.pos + g.rows); };
@@ -396,7 +401,7 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
             // With kv heads split evenly, a thread computes the q, k and v of its own heads and
             // attends without waiting; otherwise the rows are split evenly and the threads meet
             // before each attends to its share of the (group, kv head) pairs.
-            if (c.n_kv_heads % part.threads == 0) {
+            if (kv_heads_split_evenly(c, part.threads)) {
                 const int D = c.head_dim(), group = c.n_heads / c.n_kv_heads;
                 multiply(wq, input, q_.data(), block_rows_, part.kv_begin * group * D, part.kv_end * group * D);
                 multiply(wk, input, k_.data(), block_rows_, part.kv_begin * D, part.kv_end * D);
@@ -406,7 +411,7 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
                                part.threads);
                 team_barrier_.arrive_and_wait();
             }
-            attend(layer, part, c.n_kv_heads % part.threads == 0, out);
+            attend(layer, part, out);
             team_barrier_.arrive_and_wait();
             return;
         }

@@ -197,10 +197,10 @@ private:
     void forward(const int32_t* tokens, int n, LogitRows rows);
     // This thread's attention over the rows of groups_, each group in its cache: RoPE, the keys
     // and values into the cache (rounded to what an fp16 cache holds), then the attention into
-    // out (n, C). With own_heads, kv heads [kv_begin, kv_end) of every group (the thread computed
-    // only their q, k and v); otherwise its share of all (group, kv head) pairs, so that kv heads
-    // that do not split evenly over the threads (5 over 2) still give each an equal part.
-    void attend(int layer, const ThreadPart& part, bool own_heads, float* out);
+    // out (n, C). Where the kv heads split evenly over the threads, kv heads [kv_begin, kv_end)
+    // of every group (the thread computed only their q, k and v); otherwise its share of all
+    // (group, kv head) pairs, so that 5 kv heads over 2 threads still give each an equal part.
+    void attend(int layer, const ThreadPart& part, float* out);
     // The final norm of the residual rows head_sources_ of x, then the head's products over
     // every thread.
     void run_head(const float* x);
