@@ -311,12 +311,13 @@ void InferenceSession::attend(int layer, const ThreadPart& part, float* out) {
     const bool own_heads = kv_heads_split_evenly(c, part.threads);
     const int C = c.dim, D = c.head_dim(), group = c.n_heads / c.n_kv_heads, H = c.n_kv_heads;
     const size_t l = static_cast<size_t>(layer), kv_dim = static_cast<size_t>(c.kv_dim());
-    // Otherwise the (group, kv head) pairs in group-major order are cut into the
-    // threads' shares by their cost, a group's rows times the positions they attend to: a pair
-    // goes to the thread whose share holds its middle. Every thread computes the same cut.
+    // Where the kv heads do not split evenly, the (group, kv head) pairs in group-major order are
+    // cut into the threads' shares by their cost, a group's rows times the positions they attend
+    // to: a pair goes to the thread whose share holds its middle. Every thread computes the same cut.
     const auto pair_cost = [](const RowGroup& g) { return static_cast<double>(g.rows) * (g.pos + g.rows); };
     double total_cost = 0;
-    for (const RowGroup& g : groups_) total_cost += H * pair_cost(g);
+    if (!own_heads)
+        for (const RowGroup& g : groups_) total_cost += H * pair_cost(g);
     double cost_before = 0;  // of the pairs of earlier groups
     // Each group's rows are stored first, then each attends to the positions up to its own (a
     // chunk's rows sharing the cache's loads), reading its key and value back from the cache (an
