@@ -21,6 +21,7 @@
 #include "infer/sampling.h"
 #include "infer/session.h"
 #include "infer/ternary_layout.h"
+#include "kernels/attention.h"
 #include "model/llama.h"
 #include "test_helpers.h"
 
@@ -531,6 +532,21 @@ TEST(Inference, AKvCacheLargerThanTheMachineIsRefusedBeforeAllocating) {
         EXPECT_NE(std::string(e.what()).find("GiB, more than this machine's"), std::string::npos) << e.what();
     }
     EXPECT_EQ(memory_live_bytes(MemCategory::activations), before);
+}
+
+// bench serve's figures count what a decode step reads from the cache per position attended;
+// a cache whose strides need no padding (positions a multiple of a key tile, head_dim of
+// whole vectors) holds exactly that many bytes a position.
+TEST(Inference, ACacheHoldsItsPositionsKeysAndValuesAndNoMore) {
+    ModelConfig config = small_config(true, 2);
+    config.dim = 64;  // head_dim 16
+    const int positions = 2 * kAttentionKeyTile;
+    for (const KvCacheType type : {KvCacheType::f32, KvCacheType::f16}) {
+        const KvCache cache(config, positions, type);
+        EXPECT_EQ(static_cast<double>(cache.bytes()), positions * kv_bytes_per_position(config, type));
+        EXPECT_EQ(kv_cache_bytes(config, positions, type), positions * kv_bytes_per_position(config, type));
+    }
+    EXPECT_EQ(kv_bytes_per_position(config, KvCacheType::f32), 2 * kv_bytes_per_position(config, KvCacheType::f16));
 }
 
 // Generation sizes its cache to the prompt and the tokens asked for, not to the context the

@@ -64,6 +64,10 @@ double kv_cache_bytes(const ModelConfig& c, int max_seq, KvCacheType type) {
            (type == KvCacheType::f32 ? 4.0 : 2.0);
 }
 
+double kv_bytes_per_position(const ModelConfig& c, KvCacheType type) {
+    return 2.0 * c.n_layers * c.kv_dim() * (type == KvCacheType::f32 ? 4.0 : 2.0);
+}
+
 KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
     : type(cache_type),
       max_seq(max_seq_len),

@@ -59,6 +59,9 @@ struct KvCache {
 
 // The bytes a KvCache of max_seq positions allocates, known before it does.
 double kv_cache_bytes(const ModelConfig& config, int max_seq, KvCacheType type);
+// The keys and values of one position over all layers: what each position a decode step
+// attends to reads from the cache (kv_cache_bytes holds max_seq of them, plus padding).
+double kv_bytes_per_position(const ModelConfig& config, KvCacheType type);
 
 enum class LogitRows { all, last };
 
