@@ -245,9 +245,11 @@ struct AttentionShape {
 };
 
 // The shapes decode is checked on: head dims below, at and above the tile width, grouped and
-// not; the last spans three key tiles and more value columns than decode's chains cover at once.
+// not (a kv head's 6 query heads decode as 4 + 2 with AVX-512); the fourth spans three key
+// tiles and more value columns than decode's chains cover at once.
 const AttentionShape kDecodeShapes[] = {AttentionShape{1, 9, 4, 2, 10}, AttentionShape{1, 37, 2, 1, 16},
-                                        AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 140, 2, 1, 72}};
+                                        AttentionShape{1, 17, 3, 3, 40}, AttentionShape{1, 140, 2, 1, 72},
+                                        AttentionShape{1, 70, 12, 2, 24}};
 
 // Random queries, keys and values of one shape, drawn in that order.
 struct QueryKeyValues {

@@ -54,7 +54,8 @@ void store_keys_and_values(Float16* keys, int key_stride, Float16* values, int v
 // One generation step: the token at position pos attends to cache positions 0..pos (pos
 // already holds its own key and value). q, out (heads, head_dim); query heads [head_begin,
 // head_end) are computed, on the calling thread. Equals row pos of attention_forward over the
-// same keys and values bit for bit (the same multiply-add chains).
+// same keys and values bit for bit (the same multiply-add chains). With AVX-512, a kv head's
+// query heads go four at a time, sharing each load of a key or value.
 void attention_decode(float* out, const float* q, const float* keys, int key_stride, const float* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end);
 void attention_decode(float* out, const float* q, const Float16* keys, int key_stride, const Float16* values,
