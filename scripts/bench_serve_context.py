@@ -44,9 +44,10 @@ def eight_over_one(record):
 
 def ceilings(records):
     """8 over 1 at each context were the 8-stream step to grow only by its added cache reads at
-    the read limit measured in the same run (no overlap with the products): the best 8-stream
-    step at the shortest context, plus 8 streams x the added positions x the bytes a position,
-    against the best one-stream step at that context."""
+    the read limit (no overlap with the products; the limit the first run at that context
+    measured in its process): the best 8-stream step at the shortest context, plus 8 streams x
+    the added positions x the bytes a position, against the best one-stream step at that
+    context."""
     positions = sorted(records)
     shortest = positions[0]
     step8_shortest = min(8 / run_rate(r, 8) for r in records[shortest])
@@ -65,11 +66,17 @@ def run_rate(record, streams):
 
 def plot(out):
     by_cache = defaultdict(lambda: defaultdict(list))  # kv cache -> mean positions -> records
-    with open(out + ".jsonl") as lines:
-        for line in lines:
+    try:
+        lines = open(out + ".jsonl").read().splitlines()
+    except OSError as error:
+        sys.exit(f"bench_serve_context: cannot read {out}.jsonl: {error.strerror}")
+    for line in lines:
+        try:
             record = json.loads(line)
             positions = record["prompt_tokens"] + record["decode_tokens"] / 2
             by_cache[record["kv_cache"]][positions].append(record)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            sys.exit(f"bench_serve_context: {out}.jsonl: not a `bench serve --json` line: {line[:80]!r}")
     if not by_cache:
         sys.exit(f"bench_serve_context: {out}.jsonl holds no runs")
     figure, axes = plt.subplots(figsize=(6.4, 4.2))

@@ -56,16 +56,17 @@ size_t kv_key_count(const ModelConfig& c, int max_seq) {
 size_t kv_value_count(const ModelConfig& c, int max_seq) {
     return static_cast<size_t>(attention_value_stride(max_seq, c.head_dim())) * c.kv_dim();
 }
+double kv_element_bytes(KvCacheType type) { return type == KvCacheType::f32 ? 4.0 : 2.0; }
 
 }  // namespace
 
 double kv_cache_bytes(const ModelConfig& c, int max_seq, KvCacheType type) {
     return static_cast<double>(c.n_layers) * static_cast<double>(kv_key_count(c, max_seq) + kv_value_count(c, max_seq)) *
-           (type == KvCacheType::f32 ? 4.0 : 2.0);
+           kv_element_bytes(type);
 }
 
 double kv_bytes_per_position(const ModelConfig& c, KvCacheType type) {
-    return 2.0 * c.n_layers * c.kv_dim() * (type == KvCacheType::f32 ? 4.0 : 2.0);
+    return 2.0 * c.n_layers * c.kv_dim() * kv_element_bytes(type);  // a key and a value
 }
 
 KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)

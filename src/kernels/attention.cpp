@@ -761,7 +761,8 @@ void decode_cached_head(float* out, const float* q, const Float16* key_tiles, co
     decode_cached_head(out, q, buffers.keys.data(), buffers.values.data(), pos, head_dim, scale, buffers);
 }
 
-// Decode of one position, one query head at a time.
+// Decode of one position, one query head at a time: below AVX-512 (attention_decode_rows_from
+// takes AVX-512 machines four queries at a time).
 template <typename Cache>
 void decode_head_by_head(float* out, const float* q, const Cache* keys, int key_stride, const Cache* values,
                          int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin,
