@@ -25,6 +25,7 @@ struct EvalArgs {
     std::string checkpoint;
     std::string data;  // default: the run's dataset
     int64_t tokens = 262144;
+    std::string kv_cache = "f32";
     int threads = 0;
     bool json = false;
     bool ternary = false;
@@ -40,6 +41,7 @@ void add_eval_command(CLI::App& app) {
     command->add_option("--data", args->data, "dataset folder (default: the one the run trained on)");
     command->add_option("--eval-tokens", args->tokens, "validation tokens to score")->capture_default_str();
     add_threads_flag(*command, args->threads);
+    add_kv_cache_flag(*command, args->kv_cache);
     command->add_flag("--ternary", args->ternary,
                       "also score the model with its quantized weights re-snapped to ternary, by the absmean "
                       "and the twn rule");
@@ -47,6 +49,7 @@ void add_eval_command(CLI::App& app) {
     command->callback([args] {
         set_num_threads(args->threads);
         require(args->tokens > 0, "--eval-tokens must be positive");
+        const KvCacheType cache = parse_kv_cache_type(args->kv_cache);
         ModelFile file;  // --ternary converts its parameters
         InferenceFile loaded;
         if (args->ternary) {
@@ -63,7 +66,7 @@ void add_eval_command(CLI::App& app) {
                     ": its loss would be meaningless (pass the dataset the model was trained on)");
         const int window = loaded.model->config.seq_len;
         const std::string method = loaded.model->method_label;
-        const EvalResult result = evaluate(*loaded.model, data.val, window, args->tokens);
+        const EvalResult result = evaluate(*loaded.model, data.val, window, args->tokens, cache);
         const std::string kernels = loaded.model->kernels_label();
         loaded.model.reset();
         nlohmann::json record = {{"checkpoint", args->checkpoint},
@@ -72,14 +75,16 @@ void add_eval_command(CLI::App& app) {
                                  {"val_loss", result.loss},
                                  {"val_bits_per_byte", result.bits_per_byte},
                                  {"val_tokens", result.tokens},
+                                 {"kv_cache", args->kv_cache},
                                  {"kernels", kernels}};
         std::string text = args->checkpoint + " (step " + std::to_string(loaded.step) + ", " + method +
+                           (cache == KvCacheType::f32 ? "" : ", " + args->kv_cache + " KV cache") +
                            "): " + loss_text(result);
         if (args->ternary) {
             for (TernaryRule rule : {TernaryRule::absmean, TernaryRule::twn}) {
                 const std::unique_ptr<ModelParameters> ternary = convert_to_ternary(*file.model, rule);
                 const InferenceModel ternary_model(*ternary);
-                const EvalResult ternary_result = evaluate(ternary_model, data.val, window, args->tokens);
+                const EvalResult ternary_result = evaluate(ternary_model, data.val, window, args->tokens, cache);
                 // "ternary_val_loss" is absmean's (the paper's rule), "ternary_twn_val_loss" twn's.
                 const std::string prefix = rule == TernaryRule::absmean ? "ternary_" : "ternary_twn_";
                 record[prefix + "val_loss"] = ternary_result.loss;

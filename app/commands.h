@@ -63,7 +63,7 @@ void add_threads_flag(CLI::App& command, int& threads);
 
 // --ternary-rule absmean|twn: how --ternary re-snaps quantized weights (model/ternary_convert.h).
 void add_ternary_rule_flag(CLI::App& command, std::string& rule);
-// --kv-cache f16|f32: what the generation KV cache stores (infer/session.h).
+// --kv-cache f32|f16|int8: what the KV cache of generation or evaluation stores (infer/session.h).
 void add_kv_cache_flag(CLI::App& command, std::string& type);
 // --ternary-layout: infer/ternary_layout.h's choice (auto, 2bit, lookup).
 void add_ternary_layout_flag(CLI::App& command, std::string& layout);

@@ -11,8 +11,9 @@ void add_ternary_rule_flag(CLI::App& command, std::string& rule) {
 void add_kv_cache_flag(CLI::App& command, std::string& type) {
     command.add_option("--kv-cache", type,
                        "KV cache: f32 (decode gives the full forward's logits: bit for bit with a quantized head, "
-                       "to float rounding with a float one) or f16 (half the memory)")
-        ->check(CLI::IsMember({"f16", "f32"}))
+                       "to float rounding with a float one), f16 (half the memory) or int8 (a little over a "
+                       "quarter: codes and a scale per head and position)")
+        ->check(CLI::IsMember({"f16", "f32", "int8"}))
         ->capture_default_str();
 }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""How the 8-stream gain of dqt serve's engine falls as the context grows, with an f32 and an
-f16 KV cache: `dqt bench serve MODEL --streams 1 8` at several decode lengths, each run's 8
+"""How the 8-stream gain of dqt serve's engine falls as the context grows, for each KV cache
+type asked for: `dqt bench serve MODEL --streams 1 8` at several decode lengths, each run's 8
 streams over its own one stream, drawn against the mean number of positions a decode step
 attends to (prompt + half the decode), beside the ceiling the cache's added reads leave.
 
     /usr/bin/python3 scripts/bench_serve_context.py MODEL OUT [--threads 2] [--rounds 2]
-        [--prompt-tokens 16] [--decode-tokens 32 96 224 480] [--kv-cache f32 f16]
+        [--prompt-tokens 16] [--decode-tokens 32 96 224 480] [--kv-cache f32 f16 (int8)]
     /usr/bin/python3 scripts/bench_serve_context.py --plot-only OUT
 
 writes OUT.jsonl (one `bench serve --json` object a run, appended as it goes) and OUT.png.
@@ -113,7 +113,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--decode-tokens", type=int, nargs="+", default=[32, 96, 224, 480])
-    parser.add_argument("--kv-cache", nargs="+", default=["f32", "f16"], choices=["f32", "f16"])
+    parser.add_argument("--kv-cache", nargs="+", default=["f32", "f16"], choices=["f32", "f16", "int8"])
     args = parser.parse_args()
     if args.plot_only:
         plot(args.plot_only)

@@ -172,6 +172,11 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     const CommandResult eval = run_dqt("eval " + checkpoint);
     EXPECT_EQ(eval.exit_code, 0) << eval.output;
     EXPECT_NE(eval.output.find("val loss"), std::string::npos) << eval.output;
+    // Through an int8 KV cache, as generation with one would predict; the cache is named.
+    const CommandResult eval_int8 = run_dqt("eval " + checkpoint + " --kv-cache int8");
+    EXPECT_EQ(eval_int8.exit_code, 0) << eval_int8.output;
+    EXPECT_NE(eval_int8.output.find(", int8 KV cache): val loss"), std::string::npos) << eval_int8.output;
+    expect_one_line_error(run_dqt("eval " + checkpoint + " --kv-cache q8"), "--kv-cache");
     const CommandResult generated = run_dqt("generate " + checkpoint + " --prompt Our --tokens 20 --seed 3");
     EXPECT_EQ(generated.exit_code, 0) << generated.output;
     EXPECT_EQ(generated.output.rfind("Our", 0), 0u) << generated.output;
@@ -623,6 +628,15 @@ TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
     EXPECT_EQ(model.head.format, LinearFormat::half);
     expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --float-type f16 --no-llama-cpp"),
                           "--float-type");
+    // An int8 KV cache: a byte an entry and a 4-byte scale per kv head, over head_dim 8 x 5 kv
+    // heads x (K, V), at the mean positions read, 4 + (2 + 1) / 2. llama.cpp has no such cache.
+    const CommandResult int8_cache = run_dqt("bench generate " + (root / "kept/model.gguf") + " --kv-cache int8 " +
+                                             "--prompt-tokens 4 --decode-tokens 2 --repeats 1 --no-llama-cpp --json");
+    ASSERT_EQ(int8_cache.exit_code, 0) << int8_cache.output;
+    EXPECT_EQ(nlohmann::json::parse(int8_cache.output).at("dqt").at("kv_bytes_per_token").get<double>(),
+              2 * (5 * 8 * 1 + 5 * 4) * 5.5);
+    expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --kv-cache int8"),
+                          "add --no-llama-cpp");
     expect_one_line_error(run_dqt("bench generate " + tiny + " --keep " + (root / "kept")), "exists");
     expect_one_line_error(run_dqt("bench generate --preset 7b " + tiny), "--preset");
     expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --keep " + (root / "k2")), "--keep");

@@ -412,9 +412,72 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
     }
 }
 
+// An int8 cache (int8 codes, a scale per head and position) holds each entry within half a
+// scale step of its value, and decodes to the forward over the entries it holds, to float
+// rounding: decode scales each key's dot product and each value's probability by the scales
+// instead of multiplying every entry out. Stored and decoded in two shares of heads.
+TEST(KernelAttention, DecodeFromAnInt8CacheEqualsTheForwardOverItsEntries) {
+    for (const AttentionShape& s : kDecodeShapes) {
+        Random rng;
+        SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
+        auto [q, k, v] = random_qkv(rng, s);
+        const int key_stride = attention_key_stride(s.seq), value_stride = attention_value_stride(s.seq, s.head_dim);
+        std::vector<int8_t> key_codes(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
+        std::vector<int8_t> value_codes(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim);
+        Floats key_scales(static_cast<size_t>(key_stride) * s.kv_heads);
+        Floats value_scales(static_cast<size_t>(value_stride) * s.kv_heads);
+        const Int8Codes keys{key_codes.data(), key_scales.data()}, values{value_codes.data(), value_scales.data()};
+        const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
+        store_keys_and_values(keys, key_stride, values, value_stride, k.data(), v.data(), 0, s.seq, s.kv_heads,
+                              s.head_dim, 0, kv_split);
+        store_keys_and_values(keys, key_stride, values, value_stride, k.data(), v.data(), 0, s.seq, s.kv_heads,
+                              s.head_dim, kv_split, s.kv_heads);
+        // Replace k and v by what the cache holds, read back through the layout of attention.h.
+        for (int pos = 0; pos < s.seq; ++pos)
+            for (int h = 0; h < s.kv_heads; ++h) {
+                const size_t at = (static_cast<size_t>(pos) * s.kv_heads + h) * s.head_dim;
+                const float key_scale = key_scales[static_cast<size_t>(h) * key_stride + pos];
+                const float value_scale = value_scales[static_cast<size_t>(h) * value_stride + pos];
+                float key_max = 0.0f, value_max = 0.0f;
+                for (int d = 0; d < s.head_dim; ++d) {
+                    key_max = std::max(key_max, std::fabs(k[at + d]));
+                    value_max = std::max(value_max, std::fabs(v[at + d]));
+                }
+                ASSERT_NEAR(key_scale, key_max / 127, 1e-6f * key_max);
+                ASSERT_NEAR(value_scale, value_max / 127, 1e-6f * value_max);
+                for (int d = 0; d < s.head_dim; ++d) {
+                    const size_t key_index = static_cast<size_t>(h) * s.head_dim * key_stride +
+                                             (static_cast<size_t>(pos / kAttentionKeyTile) * s.head_dim + d) *
+                                                 kAttentionKeyTile +
+                                             pos % kAttentionKeyTile;
+                    const float key = key_codes[key_index] * key_scale;
+                    const float value =
+                        value_codes[(static_cast<size_t>(h) * value_stride + pos) * s.head_dim + d] * value_scale;
+                    ASSERT_LE(std::fabs(key - k[at + d]), 0.5001f * key_scale);
+                    ASSERT_LE(std::fabs(value - v[at + d]), 0.5001f * value_scale);
+                    k[at + d] = key;
+                    v[at + d] = value;
+                }
+            }
+        Floats out(s.q_size());
+        attention_forward(out.data(), nullptr, q.data(), k.data(), v.data(), 1, s.seq, s.heads, s.kv_heads,
+                          s.head_dim);
+        const size_t row = static_cast<size_t>(s.heads) * s.head_dim;
+        for (int pos = 0; pos < s.seq; ++pos) {
+            SCOPED_TRACE("pos " + std::to_string(pos));
+            Floats decoded(row);
+            for (const auto& [first, last] : {std::pair(0, split), std::pair(split, s.heads)})
+                attention_decode(decoded.data(), q.data() + pos * row, keys, key_stride, values, value_stride, pos,
+                                 s.heads, s.kv_heads, s.head_dim, first, last);
+            for (size_t i = 0; i < row; ++i) ASSERT_NEAR(decoded[i], out[pos * row + i], 1e-5f) << "element " << i;
+        }
+    }
+}
+
 // A prompt's chunk after its start decodes its rows together (four at a time with AVX-512,
 // each key and value loaded once for them): every row must get its own decode's bits, from an
-// fp32 and an fp16 cache, for chunks that start anywhere and end in a partial block of rows.
+// fp32, an fp16 and an int8 cache, for chunks that start anywhere and end in a partial block of
+// rows.
 TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
     for (const AttentionShape& s : kDecodeShapes) {
         Random rng;
@@ -428,29 +491,40 @@ TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
         store_keys_and_values(keys16.data(), key_stride, values16.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
+        std::vector<int8_t> key_codes(keys.size()), value_codes(values.size());
+        Floats key_scales(static_cast<size_t>(key_stride) * s.kv_heads);
+        Floats value_scales(static_cast<size_t>(value_stride) * s.kv_heads);
+        const Int8Codes keys8{key_codes.data(), key_scales.data()}, values8{value_codes.data(), value_scales.data()};
+        store_keys_and_values(keys8, key_stride, values8, value_stride, k.data(), v.data(), 0, s.seq, s.kv_heads,
+                              s.head_dim, 0, s.kv_heads);
         const int row = s.heads * s.head_dim;
         const int split = s.heads / s.kv_heads * (s.kv_heads / 2);  // two shares of heads, as two threads
         for (int first = 0; first < s.seq; first += 1 + first / 2) {
             const int rows = std::min(s.seq - first, 1 + (first * 7 + 3) % 11);
             SCOPED_TRACE("rows " + std::to_string(first) + " + " + std::to_string(rows));
-            Floats by_row(static_cast<size_t>(rows) * row), by_row16(by_row.size());
+            Floats by_row(static_cast<size_t>(rows) * row), by_row16(by_row.size()), by_row8(by_row.size());
             for (int i = 0; i < rows; ++i) {
                 const float* qi = q.data() + static_cast<size_t>(first + i) * row;
                 attention_decode(by_row.data() + static_cast<size_t>(i) * row, qi, keys.data(), key_stride,
                                  values.data(), value_stride, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
                 attention_decode(by_row16.data() + static_cast<size_t>(i) * row, qi, keys16.data(), key_stride,
                                  values16.data(), value_stride, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
+                attention_decode(by_row8.data() + static_cast<size_t>(i) * row, qi, keys8, key_stride, values8,
+                                 value_stride, first + i, s.heads, s.kv_heads, s.head_dim, 0, s.heads);
             }
-            Floats together(by_row.size()), together16(by_row.size());
+            Floats together(by_row.size()), together16(by_row.size()), together8(by_row.size());
             const float* q_first = q.data() + static_cast<size_t>(first) * row;
             for (const auto& [begin, end] : {std::pair(0, split), std::pair(split, s.heads)}) {
                 attention_decode_rows(together.data(), q_first, row, keys.data(), key_stride, values.data(), value_stride,
                                       first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
                 attention_decode_rows(together16.data(), q_first, row, keys16.data(), key_stride, values16.data(),
                                       value_stride, first, rows, s.heads, s.kv_heads, s.head_dim, begin, end);
+                attention_decode_rows(together8.data(), q_first, row, keys8, key_stride, values8, value_stride, first,
+                                      rows, s.heads, s.kv_heads, s.head_dim, begin, end);
             }
             ASSERT_EQ(together, by_row);
             ASSERT_EQ(together16, by_row16);
+            ASSERT_EQ(together8, by_row8);
         }
     }
 }

@@ -76,10 +76,9 @@ struct Speeds {
 
 // Mean bytes of K and V a decoded token reads: the token at position p reads positions 0..p of
 // every layer, and the decode runs positions prompt .. prompt + decode - 1.
-double kv_bytes_per_decoded_token(const ModelConfig& c, int prompt_tokens, int decode_tokens, size_t element_bytes) {
+double kv_bytes_per_decoded_token(const ModelConfig& c, int prompt_tokens, int decode_tokens, KvCacheType type) {
     const double mean_positions_read = prompt_tokens + (decode_tokens + 1) / 2.0;
-    return static_cast<double>(c.n_layers) * 2.0 * c.kv_dim() * static_cast<double>(element_bytes) *
-           mean_positions_read;
+    return kv_bytes_per_position(c, type) * mean_positions_read;
 }
 
 // An engine's decode against the bound: the bytes a token reads, the rate it reads them at, and,
@@ -235,6 +234,9 @@ void add_bench_generate_command(CLI::App& bench) {
         const std::string kept = args->keep_dir.empty() ? "" : args->keep_dir + "/model.gguf";
         require(kept.empty() || !std::filesystem::exists(kept),
                 kept + " exists: remove it or give another --keep folder");
+        require(args->kv_cache != "int8" || args->skip_llamacpp,
+                "--kv-cache int8 has no llama.cpp counterpart here (its q8_0 cache is another format): add "
+                "--no-llama-cpp");
         const std::string folder =
             (std::filesystem::temp_directory_path() / ("dqt-bench-generate-" + std::to_string(getpid()))).string();
         std::filesystem::create_directories(folder);
@@ -274,7 +276,7 @@ void add_bench_generate_command(CLI::App& bench) {
         const Speeds dqt_speed = measure_dqt(model, prompt, args->decode_tokens, args->repeats, cache_type, read_bandwidth);
         const double bandwidth = read_bandwidth.bytes_per_second();
         const double kv_bytes = kv_bytes_per_decoded_token(model.config, args->prompt_tokens, args->decode_tokens,
-                                                           cache_type == KvCacheType::f16 ? 2 : 4);
+                                                           cache_type);
         const CacheRegime regime{cache_bytes, bandwidth};
         nlohmann::json dqt_record = decode_against_bound(dqt_speed.decode_tokens_per_second,
                                                          static_cast<double>(model.weight_bytes_per_token()), kv_bytes,

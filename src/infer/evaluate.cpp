@@ -33,8 +33,8 @@ size_t evaluation_windows(const InferenceModel& model, const Shard& shard, int w
 }
 
 std::vector<double> window_losses(const InferenceModel& model, const Shard& shard, int window, size_t windows,
-                                  size_t first, size_t stride) {
-    InferenceSession session(model, window);
+                                  size_t first, size_t stride, KvCacheType cache) {
+    InferenceSession session(model, window, cache);
     std::vector<int32_t> tokens(static_cast<size_t>(window)), targets(static_cast<size_t>(window));
     std::vector<double> losses;
     for (size_t index = first; index < windows; index += stride) {
@@ -61,10 +61,11 @@ EvalResult evaluation_result(const Shard& shard, int window, size_t windows, dou
     return result;
 }
 
-EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens) {
+EvalResult evaluate(const InferenceModel& model, const Shard& shard, int window, int64_t max_tokens,
+                    KvCacheType cache) {
     const size_t windows = evaluation_windows(model, shard, window, max_tokens);
     double loss_sum = 0.0;
-    for (const double loss : window_losses(model, shard, window, windows, 0, 1)) loss_sum += loss;
+    for (const double loss : window_losses(model, shard, window, windows, 0, 1, cache)) loss_sum += loss;
     return evaluation_result(shard, window, windows, loss_sum);
 }
 

@@ -40,12 +40,19 @@ void add_rows(float* x, const float* y, size_t count) {
 
 }  // namespace
 
-const char* kv_cache_type_name(KvCacheType type) { return type == KvCacheType::f16 ? "f16" : "f32"; }
+const char* kv_cache_type_name(KvCacheType type) {
+    switch (type) {
+        case KvCacheType::f16: return "f16";
+        case KvCacheType::int8: return "int8";
+        case KvCacheType::f32: break;
+    }
+    return "f32";
+}
 
 KvCacheType parse_kv_cache_type(const std::string& name) {
-    if (name == "f32") return KvCacheType::f32;
-    if (name == "f16") return KvCacheType::f16;
-    throw Error("unknown KV cache type '" + name + "' (known: f32, f16)");
+    for (const KvCacheType type : {KvCacheType::f32, KvCacheType::f16, KvCacheType::int8})
+        if (name == kv_cache_type_name(type)) return type;
+    throw Error("unknown KV cache type '" + name + "' (known: f32, f16, int8)");
 }
 
 namespace {
@@ -56,17 +63,32 @@ size_t kv_key_count(const ModelConfig& c, int max_seq) {
 size_t kv_value_count(const ModelConfig& c, int max_seq) {
     return static_cast<size_t>(attention_value_stride(max_seq, c.head_dim())) * c.kv_dim();
 }
-double kv_element_bytes(KvCacheType type) { return type == KvCacheType::f32 ? 4.0 : 2.0; }
+double kv_element_bytes(KvCacheType type) {
+    switch (type) {
+        case KvCacheType::f16: return 2.0;
+        case KvCacheType::int8: return 1.0;
+        case KvCacheType::f32: break;
+    }
+    return 4.0;
+}
+// An int8 cache's scales: one per kv head and key or value row.
+size_t kv_scale_count(const ModelConfig& c, int rows, KvCacheType type) {
+    return type == KvCacheType::int8 ? static_cast<size_t>(rows) * c.n_kv_heads : 0;
+}
 
 }  // namespace
 
 double kv_cache_bytes(const ModelConfig& c, int max_seq, KvCacheType type) {
-    return static_cast<double>(c.n_layers) * static_cast<double>(kv_key_count(c, max_seq) + kv_value_count(c, max_seq)) *
-           kv_element_bytes(type);
+    const size_t scales = kv_scale_count(c, attention_key_stride(max_seq), type) +
+                          kv_scale_count(c, attention_value_stride(max_seq, c.head_dim()), type);
+    return static_cast<double>(c.n_layers) *
+           (static_cast<double>(kv_key_count(c, max_seq) + kv_value_count(c, max_seq)) * kv_element_bytes(type) +
+            static_cast<double>(scales) * sizeof(float));
 }
 
 double kv_bytes_per_position(const ModelConfig& c, KvCacheType type) {
-    return 2.0 * c.n_layers * c.kv_dim() * kv_element_bytes(type);  // a key and a value
+    // A key and a value, and their scales.
+    return 2.0 * c.n_layers * (c.kv_dim() * kv_element_bytes(type) + kv_scale_count(c, 1, type) * sizeof(float));
 }
 
 KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
@@ -80,21 +102,40 @@ KvCache::KvCache(const ModelConfig& c, int max_seq_len, KvCacheType cache_type)
             "a KV cache of " + std::to_string(max_seq) + " positions for this model needs " +
                 format_number(bytes / (1 << 30)) + " GiB, more than this machine's " +
                 format_number(static_cast<double>(physical_memory_bytes()) / (1 << 30)) + " GiB of memory");
+    const MemCategory category = MemCategory::activations;
     for (int l = 0; l < c.n_layers; ++l) {
-        if (type == KvCacheType::f32) {
-            keys.emplace_back(MemCategory::activations, key_count);
-            values.emplace_back(MemCategory::activations, value_count);
-        } else {
-            keys_f16.emplace_back(MemCategory::activations, key_count);
-            values_f16.emplace_back(MemCategory::activations, value_count);
+        switch (type) {
+            case KvCacheType::f32:
+                keys.emplace_back(category, key_count);
+                values.emplace_back(category, value_count);
+                break;
+            case KvCacheType::f16:
+                keys_f16.emplace_back(category, key_count);
+                values_f16.emplace_back(category, value_count);
+                break;
+            case KvCacheType::int8:
+                keys_int8.emplace_back(category, key_count);
+                values_int8.emplace_back(category, value_count);
+                key_scales.emplace_back(category, kv_scale_count(c, key_stride, type));
+                value_scales.emplace_back(category, kv_scale_count(c, value_stride, type));
+                break;
         }
     }
 }
 
 size_t KvCache::bytes() const {
     size_t total = 0;
-    for (size_t l = 0; l < keys.size(); ++l) total += keys[l].bytes() + values[l].bytes();
-    for (size_t l = 0; l < keys_f16.size(); ++l) total += keys_f16[l].bytes() + values_f16[l].bytes();
+    const auto add = [&total](const auto& arrays) {
+        for (const auto& array : arrays) total += array.bytes();
+    };
+    add(keys);
+    add(values);
+    add(keys_f16);
+    add(values_f16);
+    add(keys_int8);
+    add(values_int8);
+    add(key_scales);
+    add(value_scales);
     return total;
 }
 
@@ -299,13 +340,17 @@ namespace {
 // otherwise the rows of those products and the attention's pairs are shared out apart.
 bool kv_heads_split_evenly(const ModelConfig& c, int threads) { return c.n_kv_heads % threads == 0; }
 
-// f(keys, values) of `layer` in `cache`, of the cache's element type.
+// f(keys, values) of `layer` in `cache`, as the attention kernels take the cache's type:
+// pointers to fp32 or fp16 entries, or Int8Codes.
 template <typename F>
 void with_cache_layer(KvCache& cache, size_t layer, F f) {
-    if (cache.type == KvCacheType::f32) {
-        f(cache.keys[layer].data(), cache.values[layer].data());
-    } else {
-        f(cache.keys_f16[layer].data(), cache.values_f16[layer].data());
+    switch (cache.type) {
+        case KvCacheType::f32: f(cache.keys[layer].data(), cache.values[layer].data()); break;
+        case KvCacheType::f16: f(cache.keys_f16[layer].data(), cache.values_f16[layer].data()); break;
+        case KvCacheType::int8:
+            f(Int8Codes{cache.keys_int8[layer].data(), cache.key_scales[layer].data()},
+              Int8Codes{cache.values_int8[layer].data(), cache.value_scales[layer].data()});
+            break;
     }
 }
 
@@ -350,7 +395,7 @@ void InferenceSession::attend(int layer, const ThreadPart& part, float* out) {
         rope_forward_heads(q, g.rows, C, head_begin, head_end, rope_, g.pos);
         rope_forward_heads(k_.data() + first * kv_dim, g.rows, kv_dim, kv_begin, kv_end, rope_, g.pos);
         float* group_out = out + first * C;
-        with_cache_layer(*g.cache, l, [&](auto* keys, auto* values) {
+        with_cache_layer(*g.cache, l, [&](auto keys, auto values) {
             const KvCache& cache = *g.cache;
             store_keys_and_values(keys, cache.key_stride, values, cache.value_stride, k_.data() + first * kv_dim,
                                   v_.data() + first * kv_dim, g.pos, g.rows, c.n_kv_heads, D, kv_begin, kv_end);

@@ -34,11 +34,12 @@
 namespace dqt {
 
 // What the KV cache stores: fp32 (the training forward's values: decode gives the full
-// forward's bits), or fp16 (half the bytes each decode step reads; the prompt then attends over
-// the fp16-rounded keys and values too, so prompt and decode stay one function).
-enum class KvCacheType { f32, f16 };
+// forward's bits), fp16 (half the bytes each decode step reads), or int8 codes with a scale per
+// head and position (a little over a quarter; kernels/attention.h). With fp16 and int8 the
+// prompt attends over the rounded keys and values too, so prompt and decode stay one function.
+enum class KvCacheType { f32, f16, int8 };
 const char* kv_cache_type_name(KvCacheType type);
-// "f32" or "f16"; dqt::Error naming both otherwise.
+// "f32", "f16" or "int8"; dqt::Error naming them otherwise.
 KvCacheType parse_kv_cache_type(const std::string& name);
 
 // Keys and values of every layer for positions [0, length) after RoPE, in the layout
@@ -50,9 +51,11 @@ struct KvCache {
     int key_stride = 0;    // attention_key_stride(max_seq)
     int value_stride = 0;  // attention_value_stride(max_seq, head_dim)
     int length = 0;      // positions filled
-    // Per layer, of the cache's type (the other pair stays empty), category activations:
+    // Per layer, of the cache's type (the others stay empty), category activations:
     std::vector<Array<float>> keys, values;         // (Hkv, key_stride / 64, D, 64), (Hkv, value_stride, D)
     std::vector<Array<Float16>> keys_f16, values_f16;
+    std::vector<Array<int8_t>> keys_int8, values_int8;
+    std::vector<Array<float>> key_scales, value_scales;  // int8: (Hkv, key_stride), (Hkv, value_stride)
     KvCache(const ModelConfig& config, int max_seq, KvCacheType type);
     size_t bytes() const;
 };

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "kernels/float16_widen.h"
+#include "kernels/int8_rows.h"
 #include "kernels/vecmath.h"
 
 namespace dqt {
@@ -361,8 +362,8 @@ template <typename Part>
     add_rows(dv, dm.kv_stride, ws.dv_acc, dm);
 }
 
-// A part of cache entries as floats: fp32 as they are, fp16 widened (exactly) by one
-// instruction, so that an fp16 cache is read at half the bytes with the same arithmetic after.
+// A part of cache entries as floats: fp32 as they are, fp16 and int8 codes widened (exactly),
+// so that a narrow cache is read at its own bytes with the same arithmetic after.
 template <typename Part>
 [[gnu::always_inline]] inline void load_part(Part& part, const float* p) {
     std::memcpy(&part, p, sizeof part);
@@ -383,6 +384,17 @@ __attribute__((target("avx512f"))) inline void load_part(Wide& part, const Float
 
 __attribute__((target("avx2,f16c"))) inline void load_part(Half& part, const Float16* p) {
     const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&part, &wide, sizeof part);
+}
+
+// An int8 cache's codes, widened (exactly) by two instructions; the baseline level widens first.
+__attribute__((target("avx512f"))) inline void load_part(Wide& part, const int8_t* p) {
+    const __m512 wide = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    std::memcpy(&part, &wide, sizeof part);
+}
+
+__attribute__((target("avx2"))) inline void load_part(Half& part, const int8_t* p) {
+    const __m256 wide = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     std::memcpy(&part, &wide, sizeof part);
 }
 
@@ -437,16 +449,34 @@ template <typename Part, int Chains, typename Cache>
     }
 }
 
+// The scales of one kv head's positions in an int8 cache: its scores are multiplied by their
+// keys' scales before the softmax, and its probabilities by their values' scales, which then
+// weigh the values' codes. Float caches have none (NoScales: not even a branch, which changed how
+// GCC contracted the softmax and so decode's bits).
+struct NoScales {};
+struct PositionScales {
+    const float* keys;    // (positions)
+    const float* values;  // (positions)
+};
+[[gnu::always_inline]] inline void scale_scores(float*, NoScales, int) {}
+[[gnu::always_inline]] inline void scale_probs(float*, NoScales, int) {}
+[[gnu::always_inline]] inline void scale_scores(float* scores, PositionScales scales, int n) {
+    for (int j = 0; j < n; ++j) scores[j] *= scales.keys[j];
+}
+[[gnu::always_inline]] inline void scale_probs(float* probs, PositionScales scales, int n) {
+    for (int j = 0; j < n; ++j) probs[j] *= scales.values[j];
+}
+
 // One query row against keys 0..pos, with the per-element arithmetic of forward_head's tiles
 // (each score and output element a chain of multiply-adds from zero, in the same order), so
 // decode gives the bits of the full forward's row pos over the same keys and values. q, out
 // (head_dim); key_tiles this kv head's keys in the cache's tiles (attention.h); v (pos + 1 rows,
-// v_row_stride apart, readable kTileCols entries past head_dim); scores, probs
-// (round_up(pos + 1, kTileCols)).
-template <typename Part, typename Cache>
+// v_row_stride apart, readable kTileCols entries past head_dim); scales: an int8 cache's
+// (PositionScales) or NoScales; scores, probs (round_up(pos + 1, kTileCols)).
+template <typename Part, typename Cache, typename Scales>
 [[gnu::always_inline]] inline void decode_head(float* out, const float* q, const Cache* key_tiles, const Cache* v,
-                                               ptrdiff_t v_row_stride, int pos, int head_dim, float scale,
-                                               float* scores, float* probs) {
+                                               ptrdiff_t v_row_stride, Scales scales, int pos, int head_dim,
+                                               float scale, float* scores, float* probs) {
     // Up to a key tile's parts advance together: independent chains hide the multiply-add
     // latency, each keeps its own order, and the chains read one stream.
     constexpr int kChains = kAttentionKeyTile / kPartLanes<Part>;
@@ -458,7 +488,9 @@ template <typename Part, typename Cache>
             score_parts<Part, chains()>(scores + j0, q, key_tile, head_dim);
         });
     }
+    scale_scores(scores, scales, n);
     softmax_row(probs, scores, n, n, scale);
+    scale_probs(probs, scales, n);
     for (int d0 = 0; d0 < head_dim; d0 += kChains * kPartLanes<Part>) {
         with_constant<kChains>(parts(head_dim - d0), [&](auto chains) {
             weigh_value_parts<Part, chains()>(out, probs, v, v_row_stride, n, d0, head_dim);
@@ -540,11 +572,11 @@ template <typename Part, int R, int Step, int Chains, typename Cache>
 // * r: with Step 1 a sequence's consecutive rows, with Step 0 the query heads of one position
 // that share a kv head. Each row gets decode_head's bits. scores, probs: R rows of
 // probs_stride >= round_up(pos0 + Step * (R - 1) + 1, kTileCols) floats.
-template <typename Part, int R, int Step, typename Cache>
+template <typename Part, int R, int Step, typename Cache, typename Scales>
 [[gnu::always_inline]] inline void decode_rows_head(float* out, const float* q, ptrdiff_t row_stride,
                                                     const Cache* key_tiles, const Cache* v, ptrdiff_t v_row_stride,
-                                                    int pos0, int head_dim, float scale, float* scores, float* probs,
-                                                    ptrdiff_t probs_stride) {
+                                                    Scales scales, int pos0, int head_dim, float scale, float* scores,
+                                                    float* probs, ptrdiff_t probs_stride) {
     constexpr int kChains = kAttentionKeyTile / kPartLanes<Part>;
     const auto parts = [](int columns) { return (columns + kPartLanes<Part> - 1) / kPartLanes<Part>; };
     const int n_last = pos0 + Step * (R - 1) + 1;  // keys of the last row; earlier rows ignore those past theirs
@@ -554,9 +586,12 @@ template <typename Part, int R, int Step, typename Cache>
             score_rows<Part, R, chains()>(scores + j0, probs_stride, q, row_stride, key_tile, head_dim);
         });
     }
-    for (int r = 0; r < R; ++r)
-        softmax_row(probs + r * probs_stride, scores + r * probs_stride, pos0 + Step * r + 1, pos0 + Step * r + 1,
-                    scale);
+    for (int r = 0; r < R; ++r) {
+        const int n = pos0 + Step * r + 1;
+        scale_scores(scores + r * probs_stride, scales, n);
+        softmax_row(probs + r * probs_stride, scores + r * probs_stride, n, n, scale);
+        scale_probs(probs + r * probs_stride, scales, n);
+    }
     for (int d0 = 0; d0 < head_dim; d0 += kChains * kPartLanes<Part>) {
         with_constant<kChains>(parts(head_dim - d0), [&](auto chains) {
             weigh_value_rows<Part, R, Step, chains()>(out, row_stride, probs, probs_stride, v, v_row_stride, pos0 + 1,
@@ -696,6 +731,30 @@ int attention_value_stride(int max_seq, int head_dim) {
 
 namespace {
 
+// A cache layer's keys or values as the per-head functions read them: fp32 and fp16 caches are
+// their values (no scales), an int8 cache its codes and each position's scale.
+template <typename Code>
+struct CacheView {
+    const Code* codes;
+    const float* scales;  // (kv_heads, stride), int8 only
+    // Kv head h's entries, per_head codes each.
+    const Code* head(ptrdiff_t h, ptrdiff_t per_head) const { return codes + h * per_head; }
+};
+CacheView<float> view_of(const float* values) { return {values, nullptr}; }
+CacheView<Float16> view_of(const Float16* values) { return {values, nullptr}; }
+CacheView<int8_t> view_of(Int8Codes codes) { return {codes.codes, codes.scales}; }
+
+// Kv head h's scales: PositionScales of an int8 cache, NoScales of a float one.
+template <typename Code>
+auto head_scales(CacheView<Code> keys, int key_stride, CacheView<Code> values, int value_stride, ptrdiff_t h) {
+    if constexpr (std::is_same_v<Code, int8_t>) {
+        return PositionScales{keys.scales + h * key_stride, values.scales + h * value_stride};
+    } else {
+        return NoScales{};
+    }
+}
+
+// Keys and values stored entry by entry: fp32 as they are, fp16 rounded.
 template <typename Cache>
 [[gnu::always_inline]] inline void store_keys_and_values_as(Cache* keys, int key_stride, Cache* values,
                                                             int value_stride, const float* k, const float* v,
@@ -719,52 +778,54 @@ template <typename Cache>
 }
 
 // Per-thread buffers of decode: scores and probabilities of one head, and the widened keys and
-// values of an fp16 cache where it cannot be read in place.
+// values of a narrow cache where it cannot be read in place.
 struct DecodeBuffers {
     std::vector<float> scores, probs;  // (round_up(pos + 1, kTileCols))
-    std::vector<float> keys, values;   // fp16 caches at the baseline level only
+    std::vector<float> keys, values;   // fp16 and int8 caches at the baseline level only
 };
 
-// Decode of one query head over its kv head's cache (key_tiles and values as attention.h lays
-// them out).
-void decode_cached_head(float* out, const float* q, const float* key_tiles, const float* values, int pos, int head_dim,
-                        float scale, DecodeBuffers& buffers) {
-    run_at_cpu_level([&](auto part) {
-        decode_head<typename decltype(part)::type>(out, q, key_tiles, values, head_dim, pos, head_dim, scale,
-                                                   buffers.scores.data(), buffers.probs.data());
-    });
+void widen_codes(const Float16* in, float* out, size_t count) { widen_f16(in, out, count); }
+void widen_codes(const int8_t* in, float* out, size_t count) {
+    for (size_t i = 0; i < count; ++i) out[i] = in[i];
 }
 
-// An fp16 cache is read in place by decode's own arithmetic at the x86-64-v4 and v3 levels (a
-// part widened by one instruction); at the baseline level it is widened into buffers first
-// (the cache is still read at half the bytes).
-void decode_cached_head(float* out, const float* q, const Float16* key_tiles, const Float16* values, int pos,
+// Decode of one query head over its kv head's cache (key_tiles and values as attention.h lays
+// them out; scales as decode_head takes them). An fp32 cache is read in
+// place at every level; a narrow one (fp16, int8) at the x86-64-v4 and v3 levels by decode's own
+// arithmetic (a part widened by one or two instructions), and at the baseline level widened
+// into buffers first (the cache is still read at its own bytes).
+template <typename Code, typename Scales>
+void decode_cached_head(float* out, const float* q, const Code* key_tiles, const Code* values, Scales scales, int pos,
                         int head_dim, float scale, DecodeBuffers& buffers) {
-    if (cpu_level() != CpuLevel::baseline) {
+    constexpr bool kFloat = std::is_same_v<Code, float>;
+    if (kFloat || cpu_level() != CpuLevel::baseline) {
         run_at_cpu_level([&](auto part) {
             using Part = typename decltype(part)::type;
-            if constexpr (!std::is_same_v<Part, Quarter>)
-                decode_head<Part>(out, q, key_tiles, values, head_dim, pos, head_dim, scale, buffers.scores.data(),
-                                  buffers.probs.data());
+            if constexpr (kFloat || !std::is_same_v<Part, Quarter>)
+                decode_head<Part>(out, q, key_tiles, values, head_dim, scales, pos, head_dim, scale,
+                                  buffers.scores.data(), buffers.probs.data());
         });
         return;
     }
-    // The whole tiles of keys 0..pos, and pos + 1 rows of values; the tiles read kTileCols
-    // values past them, zeros here: the cache past those rows may be another kv head's, which
-    // another thread is writing (TSan found the read on a CPU without AVX-512).
-    buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kAttentionKeyTile)) * head_dim);
-    widen_f16(key_tiles, buffers.keys.data(), buffers.keys.size());
-    const size_t value_count = static_cast<size_t>(pos + 1) * head_dim;
-    buffers.values.resize(value_count + kTileCols);
-    widen_f16(values, buffers.values.data(), value_count);
-    std::fill(buffers.values.begin() + static_cast<ptrdiff_t>(value_count), buffers.values.end(), 0.0f);
-    decode_cached_head(out, q, buffers.keys.data(), buffers.values.data(), pos, head_dim, scale, buffers);
+    if constexpr (!kFloat) {
+        // The whole tiles of keys 0..pos, and pos + 1 rows of values; the tiles read kTileCols
+        // values past them, zeros here: the cache past those rows may be another kv head's, which
+        // another thread is writing (TSan found the read on a CPU without AVX-512).
+        buffers.keys.resize(static_cast<size_t>(round_up(pos + 1, kAttentionKeyTile)) * head_dim);
+        widen_codes(key_tiles, buffers.keys.data(), buffers.keys.size());
+        const size_t value_count = static_cast<size_t>(pos + 1) * head_dim;
+        buffers.values.resize(value_count + kTileCols);
+        widen_codes(values, buffers.values.data(), value_count);
+        std::fill(buffers.values.begin() + static_cast<ptrdiff_t>(value_count), buffers.values.end(), 0.0f);
+        decode_cached_head<float>(out, q, buffers.keys.data(), buffers.values.data(), scales, pos, head_dim, scale,
+                                  buffers);
+    }
 }
 
 // Decode of one position, one query head at a time: below AVX-512 (attention_decode_rows_from
 // takes AVX-512 machines four queries at a time).
-template <typename Cache>
-void decode_head_by_head(float* out, const float* q, const Cache* keys, int key_stride, const Cache* values,
+template <typename Code>
+void decode_head_by_head(float* out, const float* q, CacheView<Code> keys, int key_stride, CacheView<Code> values,
                          int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin,
                          int head_end) {
     const int group = heads / kv_heads;
@@ -776,8 +837,10 @@ void decode_head_by_head(float* out, const float* q, const Cache* keys, int key_
     for (int h = head_begin; h < head_end; ++h) {
         const ptrdiff_t kv_head = h / group;
         decode_cached_head(out + static_cast<ptrdiff_t>(h) * head_dim, q + static_cast<ptrdiff_t>(h) * head_dim,
-                           keys + kv_head * head_dim * key_stride, values + kv_head * value_stride * head_dim, pos,
-                           head_dim, scale, buffers);
+                           keys.head(kv_head, static_cast<ptrdiff_t>(head_dim) * key_stride),
+                           values.head(kv_head, static_cast<ptrdiff_t>(value_stride) * head_dim),
+                           head_scales(keys, key_stride, values, value_stride, kv_head), pos, head_dim, scale,
+                           buffers);
     }
 }
 
@@ -786,9 +849,9 @@ void decode_head_by_head(float* out, const float* q, const Cache* keys, int key_
 // position's query heads that share a kv head. Elsewhere (fewer, narrower registers) one by one.
 constexpr int kDecodeRowBlock = 4;
 
-template <typename Cache>
-void attention_decode_rows_from(float* out, const float* q, int row_stride, const Cache* keys, int key_stride,
-                                const Cache* values, int value_stride, int first_pos, int rows, int heads,
+template <typename Code>
+void attention_decode_rows_from(float* out, const float* q, int row_stride, CacheView<Code> keys, int key_stride,
+                                CacheView<Code> values, int value_stride, int first_pos, int rows, int heads,
                                 int kv_heads, int head_dim, int head_begin, int head_end) {
     check_heads(heads, kv_heads);
     if (cpu_level() != CpuLevel::v4) {
@@ -809,8 +872,14 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, cons
         scores.resize(block_floats);
         probs.resize(block_floats);
     }
-    const auto key_tiles = [&](ptrdiff_t kv_head) { return keys + kv_head * head_dim * key_stride; };
-    const auto head_values = [&](ptrdiff_t kv_head) { return values + kv_head * value_stride * head_dim; };
+    const auto key_tiles = [&](ptrdiff_t kv_head) { return keys.head(kv_head, static_cast<ptrdiff_t>(head_dim) * key_stride); };
+    const auto head_values = [&](ptrdiff_t kv_head) {
+        return values.head(kv_head, static_cast<ptrdiff_t>(value_stride) * head_dim);
+    };
+    const auto scales = [&](ptrdiff_t kv_head) { return head_scales(keys, key_stride, values, value_stride, kv_head); };
+    // The blocks' lambdas are always_inline: where GCC cloned one (IPA constant propagation)
+    // instead, run_at_v4's flatten did not reach the clone, which then ran at the baseline level
+    // (no FMA) and changed decode's bits.
     auto by_blocks = [&](auto part) {
         using Part = typename decltype(part)::type;
         if (rows == 1) {
@@ -818,10 +887,10 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, cons
                 const int kv_head = h / group;
                 const int block = std::min({kDecodeRowBlock, head_end - h, (kv_head + 1) * group - h});
                 const ptrdiff_t offset = static_cast<ptrdiff_t>(h) * head_dim;
-                with_constant<kDecodeRowBlock>(block, [&](auto heads_together) {
-                    decode_rows_head<Part, heads_together(), 0>(out + offset, q + offset, head_dim, key_tiles(kv_head),
-                                                                head_values(kv_head), head_dim, first_pos, head_dim,
-                                                                scale, scores.data(), probs.data(), probs_stride);
+                with_constant<kDecodeRowBlock>(block, [&](auto heads_together) __attribute__((always_inline)) {
+                    decode_rows_head<Part, heads_together(), 0>(
+                        out + offset, q + offset, head_dim, key_tiles(kv_head), head_values(kv_head), head_dim,
+                        scales(kv_head), first_pos, head_dim, scale, scores.data(), probs.data(), probs_stride);
                 });
                 h += block;
             }
@@ -831,10 +900,11 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, cons
             const ptrdiff_t kv_head = h / group;
             for (int i = 0; i < rows; i += kDecodeRowBlock) {
                 const ptrdiff_t offset = static_cast<ptrdiff_t>(i) * row_stride + static_cast<ptrdiff_t>(h) * head_dim;
-                with_constant<kDecodeRowBlock>(rows - i, [&](auto block) {
+                with_constant<kDecodeRowBlock>(rows - i, [&](auto block) __attribute__((always_inline)) {
                     decode_rows_head<Part, block(), 1>(out + offset, q + offset, row_stride, key_tiles(kv_head),
-                                                       head_values(kv_head), head_dim, first_pos + i, head_dim, scale,
-                                                       scores.data(), probs.data(), probs_stride);
+                                                       head_values(kv_head), head_dim, scales(kv_head),
+                                                       first_pos + i, head_dim, scale, scores.data(), probs.data(),
+                                                       probs_stride);
                 });
             }
         }
@@ -860,31 +930,67 @@ void store_keys_and_values(Float16* keys, int key_stride, Float16* values, int v
                              head_begin, head_end);
 }
 
+void store_keys_and_values(Int8Codes keys, int key_stride, Int8Codes values, int value_stride, const float* k,
+                           const float* v, int first_pos, int count, int kv_heads, int head_dim, int head_begin,
+                           int head_end) {
+    const int kv_dim = kv_heads * head_dim;
+    std::vector<int8_t> key_codes(static_cast<size_t>(head_dim));  // one key, before it is spread over its tile
+    for (int t = 0; t < count; ++t) {
+        const ptrdiff_t pos = first_pos + t;
+        for (int h = head_begin; h < head_end; ++h) {
+            const float* k_head = k + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
+            const float* v_head = v + static_cast<ptrdiff_t>(t) * kv_dim + h * head_dim;
+            // quantize_row_int8 returns s with x ~ code / s; the cache keeps 1 / s.
+            keys.scales[static_cast<ptrdiff_t>(h) * key_stride + pos] =
+                1.0f / quantize_row_int8(k_head, head_dim, key_codes.data(), nullptr);
+            int8_t* key_tiles = keys.codes + static_cast<ptrdiff_t>(h) * head_dim * key_stride;
+            const ptrdiff_t tile = (pos / kAttentionKeyTile) * head_dim * kAttentionKeyTile + pos % kAttentionKeyTile;
+            for (int d = 0; d < head_dim; ++d) key_tiles[tile + d * kAttentionKeyTile] = key_codes[static_cast<size_t>(d)];
+            int8_t* v_row = values.codes + (static_cast<ptrdiff_t>(h) * value_stride + pos) * head_dim;
+            values.scales[static_cast<ptrdiff_t>(h) * value_stride + pos] =
+                1.0f / quantize_row_int8(v_head, head_dim, v_row, nullptr);
+        }
+    }
+}
+
 void attention_decode(float* out, const float* q, const float* keys, int key_stride, const float* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
-    attention_decode_rows_from(out, q, 0, keys, key_stride, values, value_stride, pos, 1, heads, kv_heads, head_dim,
-                               head_begin, head_end);
+    attention_decode_rows_from(out, q, 0, view_of(keys), key_stride, view_of(values), value_stride, pos, 1, heads,
+                               kv_heads, head_dim, head_begin, head_end);
 }
 
 void attention_decode(float* out, const float* q, const Float16* keys, int key_stride, const Float16* values,
                       int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
-    attention_decode_rows_from(out, q, 0, keys, key_stride, values, value_stride, pos, 1, heads, kv_heads, head_dim,
-                               head_begin, head_end);
+    attention_decode_rows_from(out, q, 0, view_of(keys), key_stride, view_of(values), value_stride, pos, 1, heads,
+                               kv_heads, head_dim, head_begin, head_end);
+}
+
+void attention_decode(float* out, const float* q, Int8Codes keys, int key_stride, Int8Codes values, int value_stride,
+                      int pos, int heads, int kv_heads, int head_dim, int head_begin, int head_end) {
+    attention_decode_rows_from(out, q, 0, view_of(keys), key_stride, view_of(values), value_stride, pos, 1, heads,
+                               kv_heads, head_dim, head_begin, head_end);
 }
 
 DQT_TARGET_CLONES
 void attention_decode_rows(float* out, const float* q, int row_stride, const float* keys, int key_stride,
                            const float* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
                            int head_dim, int head_begin, int head_end) {
-    attention_decode_rows_from(out, q, row_stride, keys, key_stride, values, value_stride, first_pos, rows, heads,
-                               kv_heads, head_dim, head_begin, head_end);
+    attention_decode_rows_from(out, q, row_stride, view_of(keys), key_stride, view_of(values), value_stride,
+                               first_pos, rows, heads, kv_heads, head_dim, head_begin, head_end);
 }
 
 void attention_decode_rows(float* out, const float* q, int row_stride, const Float16* keys, int key_stride,
                            const Float16* values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
                            int head_dim, int head_begin, int head_end) {
-    attention_decode_rows_from(out, q, row_stride, keys, key_stride, values, value_stride, first_pos, rows, heads,
-                               kv_heads, head_dim, head_begin, head_end);
+    attention_decode_rows_from(out, q, row_stride, view_of(keys), key_stride, view_of(values), value_stride,
+                               first_pos, rows, heads, kv_heads, head_dim, head_begin, head_end);
+}
+
+void attention_decode_rows(float* out, const float* q, int row_stride, Int8Codes keys, int key_stride,
+                           Int8Codes values, int value_stride, int first_pos, int rows, int heads, int kv_heads,
+                           int head_dim, int head_begin, int head_end) {
+    attention_decode_rows_from(out, q, row_stride, view_of(keys), key_stride, view_of(values), value_stride,
+                               first_pos, rows, heads, kv_heads, head_dim, head_begin, head_end);
 }
 
 }  // namespace dqt

@@ -39,7 +39,7 @@ Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const En
             std::to_string(options.parallel) + " slots of " + std::to_string(context_) + " positions need " +
                 format_number(pool / (1 << 30)) + " GiB of KV cache, more than 80% of this machine's " +
                 format_number(static_cast<double>(physical_memory_bytes()) / (1 << 30)) +
-                " GiB: lower --parallel or --context, or use --kv-cache f16");
+                " GiB: lower --parallel or --context, or use --kv-cache f16 or int8");
     slots_.resize(static_cast<size_t>(options.parallel));
     for (Slot& slot : slots_) slot.session = std::make_unique<InferenceSession>(model, context_, options.cache_type);
     // A new thread starts with OpenMP's default team size, not the one --threads set here.
