@@ -412,6 +412,22 @@ TEST(KernelAttention, DecodeFromAnFp16CacheEqualsTheForwardOverRoundedKeysAndVal
     }
 }
 
+// The arrays of an int8 cache of shape s (attention.h's layout) and the Int8Codes over them.
+struct Int8Cache {
+    int key_stride, value_stride;
+    std::vector<int8_t> key_codes, value_codes;
+    Floats key_scales, value_scales;
+    explicit Int8Cache(const AttentionShape& s)
+        : key_stride(attention_key_stride(s.seq)),
+          value_stride(attention_value_stride(s.seq, s.head_dim)),
+          key_codes(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim),
+          value_codes(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim),
+          key_scales(static_cast<size_t>(key_stride) * s.kv_heads),
+          value_scales(static_cast<size_t>(value_stride) * s.kv_heads) {}
+    Int8Codes keys() { return {key_codes.data(), key_scales.data()}; }
+    Int8Codes values() { return {value_codes.data(), value_scales.data()}; }
+};
+
 // An int8 cache (int8 codes, a scale per head and position) holds each entry within half a
 // scale step of its value, and decodes to the forward over the entries it holds, to float
 // rounding: decode scales each key's dot product and each value's probability by the scales
@@ -421,12 +437,9 @@ TEST(KernelAttention, DecodeFromAnInt8CacheEqualsTheForwardOverItsEntries) {
         Random rng;
         SCOPED_TRACE(rng.trace() + " head_dim " + std::to_string(s.head_dim));
         auto [q, k, v] = random_qkv(rng, s);
-        const int key_stride = attention_key_stride(s.seq), value_stride = attention_value_stride(s.seq, s.head_dim);
-        std::vector<int8_t> key_codes(static_cast<size_t>(key_stride) * s.kv_heads * s.head_dim);
-        std::vector<int8_t> value_codes(static_cast<size_t>(value_stride) * s.kv_heads * s.head_dim);
-        Floats key_scales(static_cast<size_t>(key_stride) * s.kv_heads);
-        Floats value_scales(static_cast<size_t>(value_stride) * s.kv_heads);
-        const Int8Codes keys{key_codes.data(), key_scales.data()}, values{value_codes.data(), value_scales.data()};
+        Int8Cache cache(s);
+        const int key_stride = cache.key_stride, value_stride = cache.value_stride;
+        const Int8Codes keys = cache.keys(), values = cache.values();
         const int kv_split = s.kv_heads / 2, split = kv_split * (s.heads / s.kv_heads);
         store_keys_and_values(keys, key_stride, values, value_stride, k.data(), v.data(), 0, s.seq, s.kv_heads,
                               s.head_dim, 0, kv_split);
@@ -436,8 +449,8 @@ TEST(KernelAttention, DecodeFromAnInt8CacheEqualsTheForwardOverItsEntries) {
         for (int pos = 0; pos < s.seq; ++pos)
             for (int h = 0; h < s.kv_heads; ++h) {
                 const size_t at = (static_cast<size_t>(pos) * s.kv_heads + h) * s.head_dim;
-                const float key_scale = key_scales[static_cast<size_t>(h) * key_stride + pos];
-                const float value_scale = value_scales[static_cast<size_t>(h) * value_stride + pos];
+                const float key_scale = cache.key_scales[static_cast<size_t>(h) * key_stride + pos];
+                const float value_scale = cache.value_scales[static_cast<size_t>(h) * value_stride + pos];
                 float key_max = 0.0f, value_max = 0.0f;
                 for (int d = 0; d < s.head_dim; ++d) {
                     key_max = std::max(key_max, std::fabs(k[at + d]));
@@ -450,9 +463,9 @@ TEST(KernelAttention, DecodeFromAnInt8CacheEqualsTheForwardOverItsEntries) {
                                              (static_cast<size_t>(pos / kAttentionKeyTile) * s.head_dim + d) *
                                                  kAttentionKeyTile +
                                              pos % kAttentionKeyTile;
-                    const float key = key_codes[key_index] * key_scale;
+                    const float key = cache.key_codes[key_index] * key_scale;
                     const float value =
-                        value_codes[(static_cast<size_t>(h) * value_stride + pos) * s.head_dim + d] * value_scale;
+                        cache.value_codes[(static_cast<size_t>(h) * value_stride + pos) * s.head_dim + d] * value_scale;
                     ASSERT_LE(std::fabs(key - k[at + d]), 0.5001f * key_scale);
                     ASSERT_LE(std::fabs(value - v[at + d]), 0.5001f * value_scale);
                     k[at + d] = key;
@@ -491,10 +504,8 @@ TEST(KernelAttention, DecodeOfAChunkOfRowsEqualsDecodeRowByRow) {
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
         store_keys_and_values(keys16.data(), key_stride, values16.data(), value_stride, k.data(), v.data(), 0, s.seq,
                               s.kv_heads, s.head_dim, 0, s.kv_heads);
-        std::vector<int8_t> key_codes(keys.size()), value_codes(values.size());
-        Floats key_scales(static_cast<size_t>(key_stride) * s.kv_heads);
-        Floats value_scales(static_cast<size_t>(value_stride) * s.kv_heads);
-        const Int8Codes keys8{key_codes.data(), key_scales.data()}, values8{value_codes.data(), value_scales.data()};
+        Int8Cache cache8(s);
+        const Int8Codes keys8 = cache8.keys(), values8 = cache8.values();
         store_keys_and_values(keys8, key_stride, values8, value_stride, k.data(), v.data(), 0, s.seq, s.kv_heads,
                               s.head_dim, 0, s.kv_heads);
         const int row = s.heads * s.head_dim;
