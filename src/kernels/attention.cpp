@@ -498,23 +498,18 @@ template <typename Part, typename Cache, typename Scales>
     }
 }
 
-// A prefetch into L2 of the cache 4 KiB past a part being loaded. A decode step's cache reads
-// are short runs (a kv head's keys, then its values), each a fresh start for the hardware
-// prefetcher. With it, and a kv head's query heads together, 8 streams of 496 positions of the
-// 2.09B file decoded 8-10% faster from an f16 cache (docs/results.md, "Eight streams against
-// context"). Past the cache's end it does not fault.
-template <typename Cache>
-[[gnu::always_inline]] inline void prefetch_ahead(const Cache* part) {
-    __builtin_prefetch(reinterpret_cast<const char*>(part) + 4096, 0, 2);
-}
-
-// Whether part c of a contiguous run of parts starts a 64-byte line's worth of the cache: one
-// prefetch a line is enough, and a narrow cache's parts share lines (an f16 line holds 2 parts of
-// 16 lanes, an int8 line 4). Issuing one a line, not one a part, made 8 streams at 512 positions
-// 1-4% faster (docs/results.md, "An int8 KV cache against context").
+// A prefetch into L2 of the cache 4 KiB past part c of a contiguous run of parts being loaded,
+// issued for the parts that start a 64-byte line only: a narrow cache's parts share lines (an f16
+// line holds 2 parts of 16 lanes, an int8 line 4), and one a line, not one a part, made 8 streams
+// at 512 positions 1-4% faster (docs/results.md, "An int8 KV cache against context"). A decode
+// step's cache reads are short runs (a kv head's keys, then its values), each a fresh start for
+// the hardware prefetcher. With the prefetch, and a kv head's query heads together, 8 streams of
+// 496 positions of the 2.09B file decoded 8-10% faster from an f16 cache (docs/results.md, "Eight
+// streams against context"). Past the cache's end it does not fault.
 template <typename Part, typename Cache>
-constexpr bool starts_prefetch_line(int c) {
-    return c * kPartLanes<Part> * sizeof(Cache) % 64 == 0;
+[[gnu::always_inline]] inline void prefetch_ahead(const Cache* part, int c) {
+    if (c * kPartLanes<Part> * sizeof(Cache) % 64 == 0)
+        __builtin_prefetch(reinterpret_cast<const char*>(part) + 4096, 0, 2);
 }
 
 // score_parts for R query rows (q_stride apart) at once: each key part is loaded once for the
@@ -528,8 +523,7 @@ template <typename Part, int R, int Chains, typename Cache>
 #pragma GCC unroll 16
         for (int c = 0; c < Chains; ++c) {
             load_part(keys[c], key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + c * kPartLanes<Part>);
-            if (starts_prefetch_line<Part, Cache>(c))
-                prefetch_ahead(key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + c * kPartLanes<Part>);
+            prefetch_ahead<Part>(key_tile + static_cast<ptrdiff_t>(d) * kAttentionKeyTile + c * kPartLanes<Part>, c);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
@@ -561,7 +555,7 @@ template <typename Part, int R, int Step, int Chains, typename Cache>
 #pragma GCC unroll 16
         for (int c = 0; c < Chains; ++c) {
             load_part(values[c], v + j * v_row_stride + d0 + c * kPartLanes<Part>);
-            if (starts_prefetch_line<Part, Cache>(c)) prefetch_ahead(v + j * v_row_stride + d0 + c * kPartLanes<Part>);
+            prefetch_ahead<Part>(v + j * v_row_stride + d0 + c * kPartLanes<Part>, c);
         }
 #pragma GCC unroll 4
         for (int r = std::max(0, j - n_first + 1); r < R; ++r) {
