@@ -338,6 +338,17 @@ TEST(Serve, RequestNumbersAtTheirLimitsParseAsWritten) {
     const std::string chat = R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2)";
     EXPECT_EQ(parse(chat + R"(, "max_completion_tokens": null})", true).max_tokens, 2);
     EXPECT_EQ(parse(chat + R"(, "max_completion_tokens": 3})", true).max_tokens, 3);
+    // Options the server does not implement pass at the values that mean "off" (a client
+    // library may send them so); MalformedRequestsGetOpenAIErrorsWith4xx refuses the others.
+    EXPECT_EQ(parse(R"({"prompt": "a", "max_tokens": 2, "echo": false, "logprobs": null, "frequency_penalty": 0,
+                        "presence_penalty": 0.0, "logit_bias": {}, "best_of": 1, "suffix": ""})")
+                  .max_tokens,
+              2);
+    EXPECT_EQ(parse(chat + R"(, "logprobs": false, "top_logprobs": 0, "tools": [], "functions": null,
+                              "response_format": {"type": "text"}})",
+                    true)
+                  .max_tokens,
+              2);
 }
 
 TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
@@ -368,6 +379,24 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
         {"/v1/completions", R"({"prompt": "a", "ignore_eos": 1})", 400, "ignore_eos"},
         {"/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n"},
+        // Options that would change the answer and are not implemented: refused, not ignored.
+        {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": 1})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": 0})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "frequency_penalty": 0.5})", 400, "frequency_penalty"},
+        {"/v1/completions", R"({"prompt": "a", "presence_penalty": "0"})", 400, "presence_penalty"},
+        {"/v1/completions", R"({"prompt": "a", "logit_bias": {"65": 10}})", 400, "logit_bias"},
+        {"/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "best_of"},
+        {"/v1/completions", R"({"prompt": "a", "suffix": "end"})", 400, "suffix"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})", 400,
+         "logprobs"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400,
+         "top_logprobs"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{}]})", 400,
+         "tools"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})", 400,
+         "response_format"},
         {"/v1/completions", "{\"prompt\": \"" + std::string(64, 'x') + "\"}", 400, "prompt"},
         {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
         {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "hi"}]})", 400, "messages"},

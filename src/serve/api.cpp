@@ -71,6 +71,39 @@ std::vector<std::string> stop_strings(const nlohmann::json& body) {
     return stop;
 }
 
+// OpenAI options that would change the answer and that this server does not implement: a
+// request setting one gets a 400 naming it rather than an answer that silently ignored it (an
+// evaluation harness asking for echo and logprobs would otherwise score text it never got).
+// Each is accepted at its neutral value: left out, null, or the value that means "off".
+void refuse_unimplemented_options(const nlohmann::json& body) {
+    struct Option {
+        const char* key;
+        bool (*neutral)(const nlohmann::json&);
+        const char* neutral_text;
+    };
+    static const Option kOptions[] = {
+        {"echo", [](const nlohmann::json& v) { return v == false; }, "false"},
+        {"logprobs", [](const nlohmann::json& v) { return v == false; }, "false"},
+        {"top_logprobs", [](const nlohmann::json& v) { return v == 0; }, "0"},
+        {"frequency_penalty", [](const nlohmann::json& v) { return v.is_number() && v == 0; }, "0"},
+        {"presence_penalty", [](const nlohmann::json& v) { return v.is_number() && v == 0; }, "0"},
+        {"logit_bias", [](const nlohmann::json& v) { return v.is_object() && v.empty(); }, "{}"},
+        {"best_of", [](const nlohmann::json& v) { return v == 1; }, "1"},
+        {"suffix", [](const nlohmann::json& v) { return v == ""; }, "\"\""},
+        {"tools", [](const nlohmann::json& v) { return v.is_array() && v.empty(); }, "[]"},
+        {"functions", [](const nlohmann::json& v) { return v.is_array() && v.empty(); }, "[]"},
+        {"response_format", [](const nlohmann::json& v) { return v == nlohmann::json{{"type", "text"}}; },
+         "{\"type\": \"text\"}"},
+    };
+    for (const Option& option : kOptions) {
+        const auto it = body.find(option.key);
+        if (it == body.end() || it->is_null() || option.neutral(*it)) continue;
+        throw invalid(std::string("'") + option.key + "' is not supported by dqt serve: leave it out or set it to " +
+                          option.neutral_text,
+                      option.key);
+    }
+}
+
 }  // namespace
 
 std::string apply_chat_template(const nlohmann::json& messages) {
@@ -109,6 +142,7 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
     }
     if (const nlohmann::json* n = field(body, "n", is_integer, "an integer"); n && *n != 1)
         throw invalid("'n' must be 1: one choice per request", "n");
+    refuse_unimplemented_options(body);
 
     CompletionCall call;
     call.chat = chat;
