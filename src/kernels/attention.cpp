@@ -909,8 +909,9 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, Cach
         const auto bytes = [](const Code* p) { return reinterpret_cast<const char*>(p); };
         const size_t key_bytes = static_cast<size_t>(round_up(first_pos + 1, kAttentionKeyTile)) * head_dim * sizeof(Code);
         const size_t value_bytes = static_cast<size_t>(first_pos + 1) * head_dim * sizeof(Code);
-        return NextHead{{bytes(key_tiles(kv_head)), bytes(key_tiles(kv_head)) + key_bytes},
-                        {bytes(head_values(kv_head)), bytes(head_values(kv_head)) + value_bytes}};
+        const char* keys_at = bytes(key_tiles(kv_head));
+        const char* values_at = bytes(head_values(kv_head));
+        return NextHead{{keys_at, keys_at + key_bytes}, {values_at, values_at + value_bytes}};
     };
     // The blocks' lambdas are always_inline: where GCC cloned one (IPA constant propagation)
     // instead, run_at_v4's flatten did not reach the clone, which then ran at the baseline level
