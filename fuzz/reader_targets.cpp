@@ -324,7 +324,7 @@ Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes
                                                                          SpecialTokens{}, *served.engine);
                     const GenerationRequest& g = call.generation;
                     const int room = served.engine->context() - static_cast<int>(g.prompt.size());
-                    if (g.prompt.empty() || room < 1 || g.max_tokens < 1 || g.max_tokens > room)
+                    if (g.prompt.empty() || room < 1 || g.max_tokens < (g.echo ? 0 : 1) || g.max_tokens > room)
                         throw std::logic_error("an accepted request does not fit the context");
                     if (!served.engine->check_request(g).empty()) throw std::logic_error("an accepted request the engine refuses");
                 } catch (const ApiError& e) {

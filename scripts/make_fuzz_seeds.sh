@@ -72,6 +72,6 @@ python3 scripts/safetensors_seeds.py "$seeds/safetensors"
 # accept it).
 printf '{"prompt": "Fellow citizens", "messages": [{"role": "user", "content": "Hi"}]}\n' \
   > "$seeds/api_request/minimal.json"
-printf '%s\n' '{"model": "tiny", "prompt": "caf\u00e9 \ud83d\ude42", "messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}], "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 3, "stop": ["\n", "."], "stream": true, "n": 1, "frequency_penalty": 0}' \
+printf '%s\n' '{"model": "tiny", "prompt": "caf\u00e9 \ud83d\ude42", "messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}], "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 3, "stop": ["\n", "."], "stream": true, "n": 1, "frequency_penalty": 0, "logprobs": false, "top_logprobs": 0}' \
   > "$seeds/api_request/every_field.json"
 du -b "$seeds"/*/* | sort -k2

@@ -18,6 +18,7 @@
 #include "infer/evaluate.h"
 #include "infer/generate.h"
 #include "infer/inference_model.h"
+#include "infer/logprobs.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
 #include "infer/ternary_layout.h"
@@ -634,4 +635,33 @@ TEST(Sampling, TopPKeepsTheSmallestSufficientPrefix) {
     EXPECT_GT(counts[1], 0);
     options.top_p = 0.5f;  // the first alone suffices
     for (float u : {0.0f, 0.7f, 0.999f}) EXPECT_EQ(sample_token(logits.data(), 3, options, u), 0);
+}
+
+// Log-probabilities against a long-double log-sum-exp of fresh random logits: the sampled
+// token's and the top ones', which are the largest logits in order, ties to the lower id.
+TEST(Logprobs, AreTheLogSoftmaxAndTheTopAreTheLargestInOrder) {
+    const int vocab = 1000;
+    std::vector<float> logits(vocab);
+    for (int i = 0; i < vocab; ++i) logits[i] = 8.0f * (uniform01(31, 0, 0, static_cast<uint32_t>(i)) - 0.5f);
+    logits[17] = logits[600] = 9.0f;  // a tie at the top: 17 comes first
+    long double sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<long double>(x));
+    const auto reference = [&](int token) { return static_cast<double>(logits[token] - std::log(sum)); };
+
+    const SampledLogprobs lp = sampled_logprobs(logits.data(), vocab, 123, 5);
+    EXPECT_EQ(lp.sampled.token, 123);
+    EXPECT_NEAR(lp.sampled.logprob, reference(123), 1e-6);
+    std::vector<int> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    ASSERT_EQ(lp.top.size(), 5u);
+    for (size_t i = 0; i < lp.top.size(); ++i) {
+        EXPECT_EQ(lp.top[i].token, order[i]);
+        EXPECT_NEAR(lp.top[i].logprob, reference(order[i]), 1e-6);
+    }
+    EXPECT_EQ(lp.top[0].token, 17);
+    EXPECT_EQ(lp.top[1].token, 600);
+    EXPECT_TRUE(sampled_logprobs(logits.data(), vocab, 0, 0).top.empty());
+    EXPECT_EQ(sampled_logprobs(logits.data(), 3, 0, 10).top.size(), 3u);
+    EXPECT_THROW(sampled_logprobs(logits.data(), vocab, vocab, 1), Error);
 }

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -380,17 +382,32 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", R"({"prompt": "a", "ignore_eos": 1})", 400, "ignore_eos"},
         {"/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n"},
         // Options that would change the answer and are not implemented: refused, not ignored.
-        {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo"},
-        {"/v1/completions", R"({"prompt": "a", "logprobs": 1})", 400, "logprobs"},
-        {"/v1/completions", R"({"prompt": "a", "logprobs": 0})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "echo": "yes"})", 400, "echo"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})", 400, "echo"},
+        {"/v1/completions", R"({"prompt": [97, 256]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [97, -1]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [97.5]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": []})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": "a", "echo": false, "max_tokens": 0})", 400, "max_tokens"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": 6})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": -1})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": true})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "logprobs": "1"})", 400, "logprobs"},
+        {"/v1/completions", R"({"prompt": "a", "top_logprobs": 2})", 400, "top_logprobs"},
         {"/v1/completions", R"({"prompt": "a", "frequency_penalty": 0.5})", 400, "frequency_penalty"},
         {"/v1/completions", R"({"prompt": "a", "presence_penalty": "0"})", 400, "presence_penalty"},
         {"/v1/completions", R"({"prompt": "a", "logit_bias": {"65": 10}})", 400, "logit_bias"},
         {"/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "best_of"},
         {"/v1/completions", R"({"prompt": "a", "suffix": "end"})", 400, "suffix"},
-        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})", 400,
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": 2})", 400,
          "logprobs"},
         {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400,
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21})", 400,
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 1.5})", 400,
          "top_logprobs"},
         {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{}]})", 400,
          "tools"},
@@ -492,6 +509,184 @@ TEST(Serve, CompletionsAndTheirStreamsGiveGeneratesText) {
                       KvCacheType::f32, nullptr, {kChatTurnEnd});
     EXPECT_EQ(reply["choices"][0]["message"]["content"], json::parse(dump_json(chat_expected.text)));
     EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");
+}
+
+namespace {
+
+// Checks reported log-probabilities against a full forward over `tokens` (the model run apart
+// from the engine): reported[i] is token tokens[first + i]'s, under the logits of the row
+// before it, with its alternatives that row's most likely tokens in order.
+void expect_logprobs_of_full_forward(const std::vector<int32_t>& tokens, size_t first,
+                                     const std::vector<TokenLogprobs>& reported, size_t alternatives) {
+    const TestModel& m = test_model();
+    InferenceSession session(*m.model, 64);
+    const int vocab = m.tokenizer->vocab_size();
+    const float* logits = session.run(tokens.data(), static_cast<int>(tokens.size()) - 1, LogitRows::all);
+    for (size_t i = 0; i < reported.size(); ++i) {
+        SCOPED_TRACE("token " + std::to_string(first + i));
+        const float* row = logits + (first + i - 1) * static_cast<size_t>(vocab);
+        long double sum = 0;
+        for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<long double>(row[v]));
+        const auto reference = [&](int v) { return static_cast<double>(row[v] - std::log(sum)); };
+        EXPECT_EQ(reported[i].bytes, m.tokenizer->decode(std::vector<int32_t>{tokens[first + i]}));
+        EXPECT_NEAR(reported[i].logprob, reference(tokens[first + i]), 1e-5);
+        std::vector<int> order(static_cast<size_t>(vocab));
+        for (int v = 0; v < vocab; ++v) order[v] = v;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+        ASSERT_EQ(reported[i].top.size(), alternatives);
+        for (size_t k = 0; k < alternatives; ++k) {
+            EXPECT_EQ(reported[i].top[k].bytes, m.tokenizer->decode(std::vector<int32_t>{order[k]}));
+            EXPECT_NEAR(reported[i].top[k].logprob, reference(order[k]), 1e-5);
+        }
+    }
+}
+
+// Everything a stream delivers, to its end, with its logprobs.
+std::pair<std::string, StreamUpdate> drain(RequestStream& stream, std::vector<TokenLogprobs>& logprobs) {
+    std::string text;
+    StreamUpdate update;
+    do {
+        if (!stream.next(update, std::chrono::milliseconds(20000))) ADD_FAILURE() << "the stream stalled";
+        text += update.text;
+        logprobs.insert(logprobs.end(), update.logprobs.begin(), update.logprobs.end());
+    } while (!update.done);
+    return {text, update};
+}
+
+}  // namespace
+
+// Each sampled token's log-probability is the log softmax of the logits that a full forward
+// over the prompt and the tokens before it gives at its place (the model run independently of
+// the engine's decode), and its alternatives are that row's most likely tokens, in order.
+TEST(Serve, LogprobsAreTheFullForwardsLogSoftmaxAtEachToken) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{2, 1, 0, KvCacheType::f32});
+    const int generated = 12, alternatives = 3;
+    GenerationRequest r = request("Hello", generated, sampling(0.9f, 5));
+    r.logprobs = alternatives;
+    std::vector<int32_t> tokens = r.prompt;
+    const size_t prompt_tokens = tokens.size();
+    const std::shared_ptr<RequestStream> stream = engine.submit(r);
+    ASSERT_TRUE(stream);
+    std::vector<TokenLogprobs> reported;
+    const auto [text, end] = drain(*stream, reported);
+    ASSERT_EQ(end.completion_tokens, generated);
+    ASSERT_EQ(reported.size(), static_cast<size_t>(generated));
+    std::string joined;
+    int code_points = 0;
+    for (const TokenLogprobs& t : reported) {
+        EXPECT_TRUE(t.scored);
+        EXPECT_EQ(t.text_offset, code_points);
+        for (const char byte : t.bytes) code_points += (static_cast<unsigned char>(byte) & 0xC0) != 0x80;
+        joined += t.bytes;
+    }
+    EXPECT_EQ(joined, text);  // no stop string: every sampled token's bytes are shown
+    for (const int32_t token : m.tokenizer->encode(joined)) tokens.push_back(token);
+    ASSERT_EQ(tokens.size(), prompt_tokens + generated);
+    expect_logprobs_of_full_forward(tokens, prompt_tokens, reported, alternatives);
+}
+
+// An echoed prompt comes first, its first token unscored and every other one scored as the
+// full forward scores it; the tokens generated after it are those of the same request
+// without echo.
+TEST(Serve, EchoScoresThePromptAndLeavesTheGenerationAsItWas) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{2, 1, 0, KvCacheType::f32});
+    GenerationRequest plain = request("Hello there", 6, sampling(0.8f, 9));
+    GenerationRequest echoed = plain;
+    echoed.echo = true;
+    echoed.logprobs = 2;
+    const std::vector<int32_t> prompt = plain.prompt;
+    const auto plain_stream = engine.submit(plain);
+    const auto echoed_stream = engine.submit(echoed);
+    ASSERT_TRUE(plain_stream && echoed_stream);
+    std::vector<TokenLogprobs> none, reported;
+    const auto [plain_text, plain_end] = drain(*plain_stream, none);
+    const auto [text, end] = drain(*echoed_stream, reported);
+    EXPECT_TRUE(none.empty());
+    EXPECT_EQ(text, "Hello there" + plain_text);
+    EXPECT_EQ(end.prompt_tokens, plain_end.prompt_tokens);
+    EXPECT_EQ(end.completion_tokens, plain_end.completion_tokens);
+    ASSERT_EQ(reported.size(), prompt.size() + 6);
+    EXPECT_FALSE(reported[0].scored);
+    EXPECT_EQ(reported[0].bytes, "H");
+    std::vector<int32_t> tokens = m.tokenizer->encode(text);
+    ASSERT_EQ(tokens.size(), reported.size());
+    expect_logprobs_of_full_forward(tokens, 1, std::vector<TokenLogprobs>(reported.begin() + 1, reported.end()), 2);
+    for (size_t i = 0; i < reported.size(); ++i) EXPECT_EQ(reported[i].text_offset, static_cast<int>(i));  // ASCII
+}
+
+// Logprobs over HTTP in OpenAI's two shapes: a completion's {tokens, token_logprobs,
+// top_logprobs, text_offset}, the same whole and streamed, and a chat answer's content list,
+// whose greedy tokens are each their row's most likely.
+TEST(Serve, LogprobsTakeOpenAIsShapesWholeAndStreamed) {
+    RunningServer s(2);
+    httplib::Client c = s.client();
+    const json ask = {{"prompt", "Hello"}, {"max_tokens", 8}, {"temperature", 0.7}, {"seed", 3}, {"logprobs", 2}};
+    const auto whole = c.Post("/v1/completions", dump_json(ask), "application/json");
+    ASSERT_TRUE(whole && whole->status == 200) << (whole ? whole->body : "no response");
+    const json logprobs = json::parse(whole->body)["choices"][0]["logprobs"];
+    ASSERT_EQ(logprobs["tokens"].size(), 8u);
+    ASSERT_EQ(logprobs["token_logprobs"].size(), 8u);
+    ASSERT_EQ(logprobs["top_logprobs"].size(), 8u);
+    ASSERT_EQ(logprobs["text_offset"].size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+        EXPECT_LE(logprobs["token_logprobs"][i].get<double>(), 0.0);
+        EXPECT_EQ(logprobs["top_logprobs"][i].size(), 2u);
+    }
+
+    json streamed = ask;
+    streamed["stream"] = true;
+    std::string events;
+    ASSERT_TRUE(s.post_streaming("/v1/completions", dump_json(streamed), [&](const char* data, size_t size) {
+        events.append(data, size);
+        return true;
+    }));
+    json streamed_logprobs = json::array();
+    for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+        const size_t end = events.find("\n\n", at);
+        const std::string data = events.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") continue;
+        const json choice = json::parse(data)["choices"][0];
+        if (choice["logprobs"].is_null()) continue;
+        for (const json& lp : choice["logprobs"]["token_logprobs"]) streamed_logprobs.push_back(lp);
+    }
+    EXPECT_EQ(streamed_logprobs, logprobs["token_logprobs"]);
+
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 6}, {"temperature", 0},
+                       {"logprobs", true}, {"top_logprobs", 2}};
+    const auto answer = c.Post("/v1/chat/completions", dump_json(chat), "application/json");
+    ASSERT_TRUE(answer && answer->status == 200) << (answer ? answer->body : "no response");
+    const json reply = json::parse(answer->body);
+    const json content = reply["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(content.size(), reply["usage"]["completion_tokens"].get<size_t>());
+    for (const json& token : content) {
+        ASSERT_EQ(token["top_logprobs"].size(), 2u);
+        EXPECT_EQ(token["top_logprobs"][0]["token"], token["token"]);  // greedy: the likeliest
+        EXPECT_EQ(token["top_logprobs"][0]["logprob"], token["logprob"]);
+        EXPECT_EQ(token["bytes"].size(), 1u);  // a byte-level model's token is one byte
+    }
+    // OpenAI's scoring request: the prompt echoed with its log-probabilities, nothing generated;
+    // a prompt of token ids is the same prompt.
+    for (const json& prompt : {json("Hello"), json::parse("[72, 101, 108, 108, 111]")}) {
+        const json score = {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
+        const auto scored = c.Post("/v1/completions", dump_json(score), "application/json");
+        ASSERT_TRUE(scored && scored->status == 200) << (scored ? scored->body : "no response");
+        const json choice = json::parse(scored->body)["choices"][0];
+        EXPECT_EQ(choice["text"], "Hello");
+        EXPECT_EQ(json::parse(scored->body)["usage"]["completion_tokens"], 0);
+        EXPECT_EQ(choice["logprobs"]["tokens"], json::parse(R"(["H", "e", "l", "l", "o"])"));
+        EXPECT_TRUE(choice["logprobs"]["token_logprobs"][0].is_null());
+        EXPECT_TRUE(choice["logprobs"]["top_logprobs"][0].is_null());
+        EXPECT_EQ(choice["logprobs"]["text_offset"], json::parse("[0, 1, 2, 3, 4]"));
+        for (size_t i = 1; i < 5; ++i) EXPECT_LT(choice["logprobs"]["token_logprobs"][i].get<double>(), 0.0);
+    }
+    // Not asked for: null, as OpenAI answers.
+    const json plain = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
+    const auto no_logprobs = c.Post("/v1/chat/completions", dump_json(plain), "application/json");
+    ASSERT_TRUE(no_logprobs && no_logprobs->status == 200);
+    EXPECT_TRUE(json::parse(no_logprobs->body)["choices"][0]["logprobs"].is_null());
 }
 
 TEST(Serve, AClientThatDisconnectsMidStreamFreesItsSlot) {

@@ -132,6 +132,12 @@ std::string Generation::sample() {
     return piece;
 }
 
+SampledLogprobs Generation::sampled_logprobs(int top) const {
+    require(!generated_.empty() && (awaiting_logits_ || finished()),
+            "Generation::sampled_logprobs: no token was sampled since the last accept()");
+    return dqt::sampled_logprobs(logits_, vocab_, generated_.back(), top);
+}
+
 void Generation::accept(const float* logits) {
     require(awaiting_logits_, "Generation::accept: no token was sampled");
     logits_ = logits;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "infer/logprobs.h"
 #include "infer/sampling.h"
 #include "infer/session.h"
 
@@ -65,6 +66,9 @@ public:
     int32_t pending_token() const { return generated_.back(); }
     InferenceSession& session() { return session_; }
     void accept(const float* logits);
+    // The log-probabilities of the token the last sample() picked, from the logits it was
+    // picked from, with `top` alternatives (infer/logprobs.h); call before accept().
+    SampledLogprobs sampled_logprobs(int top) const;
 
     bool finished() const { return reason_ != FinishReason::running; }
     FinishReason reason() const { return reason_; }

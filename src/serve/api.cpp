@@ -1,5 +1,9 @@
 #include "serve/api.h"
 
+#include <cstdio>
+
+#include "data/corpus.h"
+
 namespace dqt {
 
 ApiError::ApiError(int status, std::string type, const std::string& message, std::string param)
@@ -82,9 +86,6 @@ void refuse_unimplemented_options(const nlohmann::json& body) {
         const char* neutral_text;
     };
     static const Option kOptions[] = {
-        {"echo", [](const nlohmann::json& v) { return v == false; }, "false"},
-        {"logprobs", [](const nlohmann::json& v) { return v == false; }, "false"},
-        {"top_logprobs", [](const nlohmann::json& v) { return v == 0; }, "0"},
         {"frequency_penalty", [](const nlohmann::json& v) { return v == 0; }, "0"},
         {"presence_penalty", [](const nlohmann::json& v) { return v == 0; }, "0"},
         {"logit_bias", [](const nlohmann::json& v) { return v.is_object() && v.empty(); }, "{}"},
@@ -102,6 +103,31 @@ void refuse_unimplemented_options(const nlohmann::json& body) {
                           option.neutral_text,
                       option.key);
     }
+}
+
+// The alternatives per token a request asks logprobs for (-1: none). Completions take
+// `logprobs`: an integer from 0 to 5 (OpenAI's limit); chat takes `logprobs`: true and
+// `top_logprobs`: 0 to 20. A false `logprobs` means none in both.
+int requested_logprobs(const nlohmann::json& body, bool chat) {
+    const auto is_boolean_or_integer = [](const nlohmann::json& v) { return v.is_boolean() || v.is_number_integer(); };
+    const nlohmann::json* logprobs = field(body, "logprobs", is_boolean_or_integer, "an integer or a boolean");
+    const nlohmann::json* top = field(body, "top_logprobs", is_integer, "an integer");
+    if (!chat) {
+        if (top && *top != 0)
+            throw invalid("'top_logprobs' is chat's: completions ask for alternatives with 'logprobs': 0 to 5",
+                          "top_logprobs");
+        if (!logprobs || *logprobs == false) return -1;
+        if (!logprobs->is_number_integer() || *logprobs < 0 || *logprobs > 5)
+            throw invalid("'logprobs' must be an integer from 0 to 5 (alternatives per token)", "logprobs");
+        return logprobs->get<int>();
+    }
+    if (logprobs && !logprobs->is_boolean())
+        throw invalid("'logprobs' must be a boolean (alternatives: 'top_logprobs')", "logprobs");
+    const bool wanted = logprobs && logprobs->get<bool>();
+    if (!top) return wanted ? 0 : -1;
+    if (*top < 0 || *top > 20) throw invalid("'top_logprobs' must be an integer from 0 to 20", "top_logprobs");
+    if (!wanted && *top != 0) throw invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    return wanted ? top->get<int>() : -1;
 }
 
 }  // namespace
@@ -146,19 +172,33 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
 
     CompletionCall call;
     call.chat = chat;
-    std::string prompt;
+    GenerationRequest& g = call.generation;
     if (chat) {
         const auto messages = body.find("messages");
         if (messages == body.end()) throw invalid("'messages' is required", "messages");
-        prompt = apply_chat_template(*messages);
+        g.prompt = special.prompt(tokenizer, apply_chat_template(*messages));
     } else {
         const auto p = body.find("prompt");
-        if (p == body.end() || !p->is_string())
-            throw invalid("'prompt' is required and must be a string (one prompt per request)", "prompt");
-        prompt = p->get<std::string>();
+        const char* expected = "'prompt' is required: a string, or an array of token ids (one prompt per request)";
+        if (p == body.end() || !(p->is_string() || p->is_array())) throw invalid(expected, "prompt");
+        if (p->is_string()) {
+            g.prompt = special.prompt(tokenizer, p->get<std::string>());
+        } else {
+            // Token ids are the prompt as given: no BOS is added (the engine checks the range).
+            for (const nlohmann::json& token : *p) {
+                if (!token.is_number_integer() || token < 0 || token >= tokenizer.vocab_size())
+                    throw invalid(std::string(expected) + ", each from 0 to " +
+                                      std::to_string(tokenizer.vocab_size() - 1),
+                                  "prompt");
+                g.prompt.push_back(token.get<int32_t>());
+            }
+        }
     }
-    GenerationRequest& g = call.generation;
-    g.prompt = special.prompt(tokenizer, prompt);
+    const auto is_boolean = [](const nlohmann::json& v) { return v.is_boolean(); };
+    if (const nlohmann::json* e = field(body, "echo", is_boolean, "a boolean"); e && e->get<bool>()) {
+        if (chat) throw invalid("'echo' is for completions: a chat answer does not repeat the messages", "echo");
+        g.echo = true;
+    }
     g.end_tokens = special.end_of_generation;
     if (g.prompt.empty()) throw invalid("the prompt is empty", chat ? "messages" : "prompt");
     const int room = engine.context() - static_cast<int>(g.prompt.size());
@@ -176,8 +216,11 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
         // Non-negative JSON integers parse as unsigned: one past int64's range must not wrap.
         const bool in_range = m->is_number_unsigned() ? m->get<uint64_t>() <= static_cast<uint64_t>(room)
                                                       : m->get<int64_t>() <= room;
-        if (!in_range || *m < 1)
-            throw invalid(std::string("'") + max_key + "' must be from 1 to " + std::to_string(room) +
+        // An echoed prompt may be scored alone (OpenAI's echo with max_tokens 0).
+        const int least = g.echo ? 0 : 1;
+        if (!in_range || *m < least)
+            throw invalid(std::string("'") + max_key + "' must be from " + std::to_string(least) + " to " +
+                              std::to_string(room) +
                               " (the context left after the prompt), got " + m->dump(),
                           max_key);
         g.max_tokens = m->get<int>();
@@ -202,11 +245,11 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
     g.stop = stop_strings(body);
     if (chat) g.stop.push_back(kChatTurnEnd);
     // llama-server's extension, for benchmarks that need every generation at max_tokens.
-    const auto is_boolean = [](const nlohmann::json& v) { return v.is_boolean(); };
     if (const nlohmann::json* e = field(body, "ignore_eos", is_boolean, "a boolean"); e && e->get<bool>())
         g.end_tokens.clear();
     if (const nlohmann::json* s = field(body, "stream", is_boolean, "a boolean"))
         call.stream = s->get<bool>();
+    g.logprobs = requested_logprobs(body, chat);
     const std::string problem = engine.check_request(g);
     if (!problem.empty()) throw invalid(problem);
     return call;
@@ -230,23 +273,83 @@ nlohmann::json usage(const StreamUpdate& end) {
 
 }  // namespace
 
+namespace {
+
+// A token's text as OpenAI's logprobs name it: its bytes when they are UTF-8, else
+// "bytes:\xe2\x80" and the like (part of a character), as OpenAI writes them.
+std::string token_text(const std::string& bytes) {
+    if (find_invalid_utf8(bytes) == std::string::npos) return bytes;
+    std::string text = "bytes:";
+    for (const unsigned char byte : bytes) {
+        char escaped[5];
+        std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+        text += escaped;
+    }
+    return text;
+}
+
+nlohmann::json byte_values(const std::string& bytes) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const unsigned char byte : bytes) values.push_back(byte);
+    return values;
+}
+
+// The logprobs of a choice (or of a stream chunk's tokens), or null when not asked for:
+// completions' {tokens, token_logprobs, top_logprobs, text_offset}, chat's {content, refusal}.
+nlohmann::json logprobs_json(const CompletionCall& call, const std::vector<TokenLogprobs>& tokens) {
+    if (call.generation.logprobs < 0) return nullptr;
+    if (call.chat) {
+        nlohmann::json content = nlohmann::json::array();
+        for (const TokenLogprobs& t : tokens) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const TokenLogprobs::Alternative& a : t.top)
+                top.push_back({{"token", token_text(a.bytes)}, {"logprob", a.logprob}, {"bytes", byte_values(a.bytes)}});
+            content.push_back({{"token", token_text(t.bytes)},
+                               {"logprob", t.logprob},
+                               {"bytes", byte_values(t.bytes)},
+                               {"top_logprobs", top}});
+        }
+        return {{"content", content}, {"refusal", nullptr}};
+    }
+    nlohmann::json texts = nlohmann::json::array(), logprobs = nlohmann::json::array(),
+                   tops = nlohmann::json::array(), offsets = nlohmann::json::array();
+    for (const TokenLogprobs& t : tokens) {
+        texts.push_back(token_text(t.bytes));
+        offsets.push_back(t.text_offset);
+        if (!t.scored) {  // an echoed prompt's first token: null, as OpenAI's
+            logprobs.push_back(nullptr);
+            tops.push_back(nullptr);
+            continue;
+        }
+        logprobs.push_back(t.logprob);
+        nlohmann::json top = nlohmann::json::object();
+        for (const TokenLogprobs::Alternative& a : t.top) top[token_text(a.bytes)] = a.logprob;
+        tops.push_back(top);
+    }
+    return {{"tokens", texts}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+}  // namespace
+
 nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                   int64_t created, const std::string& text, const StreamUpdate& end) {
+                                   int64_t created, const std::string& text,
+                                   const std::vector<TokenLogprobs>& logprobs, const StreamUpdate& end) {
     nlohmann::json response = envelope(call, id, model_name, created, false);
     nlohmann::json choice = {{"index", 0}, {"finish_reason", api_finish_reason(end.reason)}};
     if (call.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
     } else {
         choice["text"] = text;
-        choice["logprobs"] = nullptr;
     }
+    choice["logprobs"] = logprobs_json(call, logprobs);
     response["choices"] = nlohmann::json::array({choice});
     response["usage"] = usage(end);
     return response;
 }
 
 nlohmann::json completion_chunk(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                 int64_t created, const std::string& text, const StreamUpdate* end, bool first) {
+                                 int64_t created, const std::string& text, const std::vector<TokenLogprobs>& logprobs,
+                                 const StreamUpdate* end, bool first) {
     nlohmann::json chunk = envelope(call, id, model_name, created, true);
     nlohmann::json choice = {{"index", 0},
                              {"finish_reason", end ? nlohmann::json(api_finish_reason(end->reason)) : nullptr}};
@@ -257,8 +360,8 @@ nlohmann::json completion_chunk(const CompletionCall& call, const std::string& i
         choice["delta"] = delta;
     } else {
         choice["text"] = text;
-        choice["logprobs"] = nullptr;
     }
+    choice["logprobs"] = end ? nlohmann::json(nullptr) : logprobs_json(call, logprobs);
     chunk["choices"] = nlohmann::json::array({choice});
     if (end) chunk["usage"] = usage(*end);
     return chunk;

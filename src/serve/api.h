@@ -41,9 +41,10 @@ struct CompletionCall {
 std::string apply_chat_template(const nlohmann::json& messages);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
-// for a model this server does not serve) for anything malformed or out of range. The prompt
-// starts with BOS and the generation ends at an end-of-generation token where `special` says,
-// unless `ignore_eos` (llama-server's extension) is true.
+// for a model this server does not serve) for anything malformed or out of range. A text
+// prompt starts with BOS where `special` says (a prompt of token ids is taken as given), and
+// the generation ends at an end-of-generation token where it says, unless `ignore_eos`
+// (llama-server's extension) is true.
 CompletionCall parse_completion_request(const std::string& body, bool chat, const std::string& model_name,
                                         const Tokenizer& tokenizer, const SpecialTokens& special,
                                         const Engine& engine);
@@ -52,11 +53,14 @@ CompletionCall parse_completion_request(const std::string& body, bool chat, cons
 const char* api_finish_reason(FinishReason reason);
 
 // A whole response, and one stream chunk (text, or the final one with a finish reason; a chat
-// stream's first chunk also names the role).
+// stream's first chunk also names the role). `logprobs` are the sampled tokens' (the whole
+// completion's, or those sampled for the chunk), shown where the request asked for them.
 nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                   int64_t created, const std::string& text, const StreamUpdate& end);
+                                   int64_t created, const std::string& text,
+                                   const std::vector<TokenLogprobs>& logprobs, const StreamUpdate& end);
 nlohmann::json completion_chunk(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                int64_t created, const std::string& text, const StreamUpdate* end, bool first);
+                                int64_t created, const std::string& text, const std::vector<TokenLogprobs>& logprobs,
+                                const StreamUpdate* end, bool first);
 
 // JSON text of a value that may hold bytes that are not UTF-8 (a byte-level model can
 // generate any): invalid sequences become U+FFFD instead of an exception.

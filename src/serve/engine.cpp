@@ -1,5 +1,7 @@
 #include "serve/engine.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/parallel.h"
@@ -69,6 +71,8 @@ std::string Engine::check_request(const GenerationRequest& request) const {
                    std::to_string(tokenizer_.vocab_size());
     }
     if (request.max_tokens < 0) return "max_tokens must not be negative";
+    if (request.logprobs < -1 || request.logprobs > tokenizer_.vocab_size())
+        return "logprobs alternatives must be from 0 to the vocabulary's " + std::to_string(tokenizer_.vocab_size());
     try {
         request.sampling.validate();
     } catch (const Error& e) {
@@ -108,6 +112,7 @@ int Engine::waiting() const {
 void Engine::release(Slot& slot) {
     slot.generation.reset();
     slot.work = Pending{};
+    slot.code_points = 0;
     std::lock_guard<std::mutex> lock(mutex_);
     slot.busy = false;
 }
@@ -124,6 +129,41 @@ void Engine::finish(Slot& slot, StreamUpdate update) {
     }
     release(slot);
     stream->push(std::move(update));
+}
+
+TokenLogprobs Engine::report(Slot& slot, const SampledLogprobs& logprobs) const {
+    const auto bytes = [&](int32_t token) { return tokenizer_.decode(std::span<const int32_t>(&token, 1)); };
+    TokenLogprobs report;
+    report.bytes = bytes(logprobs.sampled.token);
+    report.logprob = logprobs.sampled.logprob;
+    report.text_offset = slot.code_points;
+    for (const char byte : report.bytes) slot.code_points += (static_cast<unsigned char>(byte) & 0xC0) != 0x80;
+    for (const TokenLogprob& alternative : logprobs.top) report.top.push_back({bytes(alternative.token), alternative.logprob});
+    return report;
+}
+
+std::vector<TokenLogprobs> Engine::score_prompt(Slot& slot) const {
+    const std::vector<int32_t>& prompt = slot.work.request.prompt;
+    const int top = slot.work.request.logprobs;
+    const int vocab = tokenizer_.vocab_size();
+    std::vector<TokenLogprobs> reports;
+    reports.push_back(report(slot, {{prompt[0], 0.0f}, {}}));
+    reports.back().scored = false;
+    // Rows a run keeps logits for: a prompt chunk's, or fewer where the vocabulary is large
+    // (at most 2^22 logits, 16 MiB).
+    const int rows = std::max(1, std::min(prompt_chunk_, (1 << 22) / vocab));
+    InferenceSession& session = *slot.session;
+    session.reset();
+    const int scored = static_cast<int>(prompt.size()) - 1;  // the last token predicts nothing in the prompt
+    for (int begin = 0; begin < scored; begin += rows) {
+        const int count = std::min(rows, scored - begin);
+        const float* logits = session.run(prompt.data() + begin, count, LogitRows::all);
+        for (int r = 0; r < count; ++r) {
+            const int32_t next = prompt[static_cast<size_t>(begin + r + 1)];
+            reports.push_back(report(slot, sampled_logprobs(logits + static_cast<size_t>(r) * vocab, vocab, next, top)));
+        }
+    }
+    return reports;
 }
 
 void Engine::step_all() {
@@ -144,9 +184,15 @@ void Engine::step_all() {
         if (!slot.generation) {
             try {
                 GenerationRequest& r = slot.work.request;
+                StreamUpdate echoed;
+                if (r.echo) {
+                    echoed.text = tokenizer_.decode(r.prompt);
+                    if (r.logprobs >= 0) echoed.logprobs = score_prompt(slot);
+                }
                 slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
                                                                r.max_tokens, r.sampling, std::move(r.stop),
                                                                std::move(r.end_tokens));
+                if (r.echo) slot.work.stream->push(std::move(echoed));
             } catch (const Error& e) {
                 StreamUpdate failed;
                 failed.error = e.what();
@@ -168,11 +214,13 @@ void Engine::step_all() {
         }
         StreamUpdate piece;
         piece.text = generation.sample();
+        if (slot.work.request.logprobs >= 0)
+            piece.logprobs.push_back(report(slot, generation.sampled_logprobs(slot.work.request.logprobs)));
         if (generation.finished()) {
             finish(slot, std::move(piece));
             continue;
         }
-        if (!piece.text.empty()) slot.work.stream->push(std::move(piece));
+        if (!piece.text.empty() || !piece.logprobs.empty()) slot.work.stream->push(std::move(piece));
         next_tokens[i] = generation.pending_token();
         parts.push_back({slot.session.get(), &next_tokens[i], 1});
         in_batch.push_back(&slot);

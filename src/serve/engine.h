@@ -56,12 +56,30 @@ struct GenerationRequest {
     SamplingOptions sampling;
     std::vector<std::string> stop;
     std::vector<int32_t> end_tokens;  // the model's end-of-generation tokens (data/special_tokens.h)
+    int logprobs = -1;  // report each sampled token's log-probability and this many alternatives' (-1: none)
+    bool echo = false;  // the prompt's text first (and, with logprobs, its tokens' own log-probabilities)
+};
+
+// A sampled token as a logprobs answer reports it (infer/logprobs.h): its bytes (a byte-level
+// model's token may be part of a UTF-8 character), and where its text starts in the
+// completion, in code points before its first byte (OpenAI's text_offset).
+struct TokenLogprobs {
+    struct Alternative {
+        std::string bytes;
+        float logprob = 0.0f;
+    };
+    std::string bytes;
+    bool scored = true;  // false for an echoed prompt's first token, which nothing predicts (no logprobs)
+    float logprob = 0.0f;
+    int text_offset = 0;
+    std::vector<Alternative> top;  // most likely first
 };
 
 // One update of a request's stream: a piece of text, or the end (with the reason and counts),
 // or an error that ended it.
 struct StreamUpdate {
     std::string text;
+    std::vector<TokenLogprobs> logprobs;  // of the token sampled for this update, when the request asked
     bool done = false;
     FinishReason reason = FinishReason::running;
     int prompt_tokens = 0, completion_tokens = 0;
@@ -116,6 +134,7 @@ private:
         std::unique_ptr<InferenceSession> session;
         std::unique_ptr<Generation> generation;  // null while the slot is free or before its request started
         Pending work;
+        int code_points = 0;  // in the bytes of the tokens sampled so far (TokenLogprobs::text_offset)
         bool busy = false;
     };
     void run();
@@ -125,6 +144,13 @@ private:
     // Ends the slot's request with `update` (its end, or an error) and frees the slot.
     void finish(Slot& slot, StreamUpdate update);
     void release(Slot& slot);
+    // A token as the slot's request's logprobs answer reports it; advances the slot's text offset.
+    TokenLogprobs report(Slot& slot, const SampledLogprobs& logprobs) const;
+    // An echoed prompt's own log-probabilities: token i's under the logits after tokens [0, i),
+    // from a run of the prompt in the slot's session with every row's logits (the generation
+    // then runs it again, as it would without echo, so its tokens do not change). These runs
+    // are outside the step's batch and its EngineStep counts.
+    std::vector<TokenLogprobs> score_prompt(Slot& slot) const;
 
     const Tokenizer& tokenizer_;
     const int context_;

@@ -112,19 +112,20 @@ nlohmann::json parse_object(const std::string& text) {
     return body;
 }
 
-// One update of a stream as server-sent events: its text chunk, then at the end the final
+// One update of a stream as server-sent events: its text chunk (with its tokens' logprobs when
+// asked for, even before their text is shown), then at the end the final
 // chunk (finish reason, usage) and "[DONE]"; an error as OpenAI's error object.
 std::string server_sent_events(const CompletionCall& call, const std::string& id, const std::string& model_name,
                                int64_t created, const StreamUpdate& update, bool& first) {
     const auto event = [](const nlohmann::json& data) { return "data: " + dump_json(data) + "\n\n"; };
     if (!update.error.empty()) return event(ApiError(500, "server_error", update.error).body()) + "data: [DONE]\n\n";
     std::string events;
-    if (!update.text.empty()) {
-        events += event(completion_chunk(call, id, model_name, created, update.text, nullptr, first));
+    if (!update.text.empty() || !update.logprobs.empty()) {
+        events += event(completion_chunk(call, id, model_name, created, update.text, update.logprobs, nullptr, first));
         first = false;
     }
     if (update.done) {
-        events += event(completion_chunk(call, id, model_name, created, "", &update, first)) + "data: [DONE]\n\n";
+        events += event(completion_chunk(call, id, model_name, created, "", {}, &update, first)) + "data: [DONE]\n\n";
         first = false;
     }
     return events;
@@ -213,6 +214,7 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
                 if (!call->stream) {
                     const ClientConnection client(req);
                     std::string text;
+                    std::vector<TokenLogprobs> logprobs;
                     StreamUpdate update;
                     for (;;) {
                         if (client.gone()) {
@@ -222,9 +224,10 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
                         if (!stream->next(update, kPoll)) continue;
                         if (!update.error.empty()) throw ApiError(500, "server_error", update.error);
                         text += update.text;
+                        logprobs.insert(logprobs.end(), update.logprobs.begin(), update.logprobs.end());
                         if (update.done) break;
                     }
-                    send_json(res, 200, completion_response(*call, id, model_name_, created, text, update));
+                    send_json(res, 200, completion_response(*call, id, model_name_, created, text, logprobs, update));
                     return;
                 }
                 res.set_header("Cache-Control", "no-cache");

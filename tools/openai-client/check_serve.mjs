@@ -1,6 +1,7 @@
 // Drives a running `dqt serve` with OpenAI's own Node client (npm `openai`), as an application
-// would: lists the models, asks for a completion and a chat answer, streams both, and checks
-// that a malformed request comes back as the client's APIError with a 4xx status.
+// would: lists the models, asks for a completion and a chat answer, streams both, asks for a
+// chat answer's logprobs, and checks that a malformed request comes back as the client's
+// APIError with a 4xx status.
 //   npm install --prefix tools/openai-client && node tools/openai-client/check_serve.mjs http://127.0.0.1:8080/v1
 import OpenAI from "openai";
 
@@ -29,6 +30,14 @@ const chatStream = await client.chat.completions.create({ model, messages: [{ ro
 for await (const chunk of chatStream) chatStreamed += chunk.choices[0]?.delta?.content ?? "";
 if (chatStreamed !== chat.choices[0].message.content) fail(`the chat stream gave ${JSON.stringify(chatStreamed)}`);
 console.log("streamed chat: the same text");
+
+const scored = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Say something." }], max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+const tokens = scored.choices[0].logprobs?.content ?? fail("no logprobs in a chat answer that asked for them");
+if (tokens.length !== scored.usage.completion_tokens) fail(`${tokens.length} logprobs for ${scored.usage.completion_tokens} tokens`);
+for (const t of tokens) {
+  if (!(t.logprob <= 0) || t.top_logprobs.length !== 3 || t.top_logprobs[0].logprob !== t.logprob) fail(`logprobs ${JSON.stringify(t)}`);
+}
+console.log(`chat logprobs: ${tokens.map((t) => `${JSON.stringify(t.token)} ${t.logprob.toFixed(3)}`).join(", ")}`);
 
 try {
   await client.completions.create({ model, prompt: "x", max_tokens: 1_000_000 });
