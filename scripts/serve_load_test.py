@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Load test of `dqt serve`: starts it on a loopback port, sends a bounded mix of requests from
-several client threads (valid, streamed, streams the client abandons after the first chunk,
-malformed, oversized), and checks that the server answers every one as it should, stays up,
-frees every slot, and that its resident memory returns to its level after a warm-up (the same
-mix, so the allocator's high-water mark of every request shape is set before it is measured).
+several client threads (valid, streamed, scored (echo and logprobs), streams the client abandons
+after the first chunk, malformed, oversized), and checks that the server answers every one as it
+should, stays up, frees every slot, and that its resident memory returns to its level after a
+warm-up (the same mix, so the allocator's high-water mark of every request shape is set before
+it is measured).
 
     python3 scripts/serve_load_test.py runs/tern/checkpoint.dqt --requests 1000 --concurrency 16
 
@@ -74,12 +75,16 @@ def one(kind, host, port, context, rng):
     if kind == "stream":
         body = {"prompt": prompt, "max_tokens": rng.randint(1, 24), "stream": True}
         return request(host, port, "POST", "/v1/completions", json.dumps(body))
+    if kind == "scored":  # the prompt scored (echo and logprobs), and a few tokens or none after it
+        body = {"prompt": prompt, "max_tokens": rng.randint(0, 4), "echo": True, "logprobs": rng.randint(0, 5)}
+        return request(host, port, "POST", "/v1/completions", json.dumps(body))
     if kind == "abandoned":
         body = {"prompt": prompt, "max_tokens": context // 2, "stream": True}
         return request(host, port, "POST", "/v1/completions", json.dumps(body), read_all=False)
     if kind == "malformed":
         body = rng.choice(['{"prompt": ', '[1, 2, 3]', '{"prompt": 7}', '{"prompt": "a", "max_tokens": "x"}',
                            '{"prompt": "a", "temperature": -3}', '{"messages": [{"role": "robot"}]}',
+                           '{"prompt": "a", "logprobs": 9}', '{"prompt": "a", "echo": true, "logprobs": "1"}',
                            '\xff\xfe not json'])
         path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
         return request(host, port, "POST", path, body.encode("utf-8", "surrogateescape"))
@@ -91,10 +96,11 @@ def one(kind, host, port, context, rng):
 
 
 EXPECTED = {  # the statuses each kind may get: 503 where every slot may be busy
-    "valid": {200, 503}, "chat": {200, 503}, "stream": {200, 503}, "abandoned": {200, 503},
+    "valid": {200, 503}, "chat": {200, 503}, "stream": {200, 503}, "scored": {200, 503}, "abandoned": {200, 503},
     "malformed": {400}, "oversized": {400, 413},
 }
-MIX = ["valid"] * 30 + ["chat"] * 15 + ["stream"] * 20 + ["abandoned"] * 10 + ["malformed"] * 15 + ["oversized"] * 10
+MIX = (["valid"] * 30 + ["chat"] * 15 + ["stream"] * 20 + ["scored"] * 10 + ["abandoned"] * 10 + ["malformed"] * 15
+       + ["oversized"] * 10)
 
 
 def main():
@@ -106,7 +112,7 @@ def main():
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=500, help="requests of the mix before the idle RSS")
+    parser.add_argument("--warmup", type=int, default=1000, help="requests of the mix before the idle RSS")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if not 1 <= args.requests <= 100000 or not 0 <= args.warmup <= 100000 or not 1 <= args.concurrency <= 256:
@@ -148,6 +154,9 @@ def main():
             try:
                 if ok and kind in ("valid", "chat") and status == 200:
                     ok = json.loads(body)["usage"]["completion_tokens"] >= 1
+                if ok and kind == "scored" and status == 200:  # one entry per prompt and completion token
+                    answer = json.loads(body)
+                    ok = len(answer["choices"][0]["logprobs"]["token_logprobs"]) == answer["usage"]["total_tokens"]
                 if ok and isinstance(status, int) and status >= 400:
                     ok = "error" in json.loads(body)
             except (ValueError, KeyError):

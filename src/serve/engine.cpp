@@ -149,9 +149,8 @@ std::vector<TokenLogprobs> Engine::score_prompt(Slot& slot) const {
     std::vector<TokenLogprobs> reports;
     reports.push_back(report(slot, {{prompt[0], 0.0f}, {}}));
     reports.back().scored = false;
-    // Rows a run keeps logits for: a prompt chunk's, or fewer where the vocabulary is large
-    // (at most 2^22 logits, 16 MiB).
-    const int rows = std::max(1, std::min(prompt_chunk_, (1 << 22) / vocab));
+    // In prompt chunks, whose rows' scratch (logits included) a session holds anyway.
+    const int rows = prompt_chunk_;
     InferenceSession& session = *slot.session;
     session.reset();
     const int scored = static_cast<int>(prompt.size()) - 1;  // the last token predicts nothing in the prompt
