@@ -587,11 +587,19 @@ TEST(Serve, LogprobsAreTheFullForwardsLogSoftmaxAtEachToken) {
 }
 
 // An echoed prompt comes first, its first token unscored and every other one scored as the
-// full forward scores it; the tokens generated after it are those of the same request
-// without echo.
+// full forward scores it, a chunk a step; the tokens generated after it are those of the same
+// request without echo.
 TEST(Serve, EchoScoresThePromptAndLeavesTheGenerationAsItWas) {
     const TestModel& m = test_model();
-    Engine engine(*m.model, *m.tokenizer, EngineOptions{2, 1, 0, KvCacheType::f32});
+    EngineOptions options{2, 1, 0, KvCacheType::f32};
+    options.prompt_chunk = 4;
+    std::mutex mutex;
+    std::vector<int> scored_per_step;
+    options.on_step = [&](const EngineStep& step) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (step.scored_tokens > 0) scored_per_step.push_back(step.scored_tokens);
+    };
+    Engine engine(*m.model, *m.tokenizer, options);
     GenerationRequest plain = request("Hello there", 6, sampling(0.8f, 9));
     GenerationRequest echoed = plain;
     echoed.echo = true;
@@ -614,6 +622,8 @@ TEST(Serve, EchoScoresThePromptAndLeavesTheGenerationAsItWas) {
     ASSERT_EQ(tokens.size(), reported.size());
     expect_logprobs_of_full_forward(tokens, 1, std::vector<TokenLogprobs>(reported.begin() + 1, reported.end()), 2);
     for (size_t i = 0; i < reported.size(); ++i) EXPECT_EQ(reported[i].text_offset, static_cast<int>(i));  // ASCII
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_EQ(scored_per_step, (std::vector<int>{4, 4, 2}));  // 10 of the 11 tokens predict one
 }
 
 // Logprobs over HTTP in OpenAI's two shapes: a completion's {tokens, token_logprobs,

@@ -112,6 +112,7 @@ int Engine::waiting() const {
 void Engine::release(Slot& slot) {
     slot.generation.reset();
     slot.work = Pending{};
+    slot.prompt_scores.clear();
     slot.code_points = 0;
     std::lock_guard<std::mutex> lock(mutex_);
     slot.busy = false;
@@ -142,27 +143,26 @@ TokenLogprobs Engine::report(Slot& slot, const SampledLogprobs& logprobs) const 
     return report;
 }
 
-std::vector<TokenLogprobs> Engine::score_prompt(Slot& slot) const {
+int Engine::score_prompt_chunk(Slot& slot) const {
     const std::vector<int32_t>& prompt = slot.work.request.prompt;
-    const int top = slot.work.request.logprobs;
-    const int vocab = tokenizer_.vocab_size();
-    std::vector<TokenLogprobs> reports;
-    reports.push_back(report(slot, {{prompt[0], 0.0f}, {}}));
-    reports.back().scored = false;
-    // In prompt chunks, whose rows' scratch (logits included) a session holds anyway.
-    const int rows = prompt_chunk_;
-    InferenceSession& session = *slot.session;
-    session.reset();
-    const int scored = static_cast<int>(prompt.size()) - 1;  // the last token predicts nothing in the prompt
-    for (int begin = 0; begin < scored; begin += rows) {
-        const int count = std::min(rows, scored - begin);
-        const float* logits = session.run(prompt.data() + begin, count, LogitRows::all);
-        for (int r = 0; r < count; ++r) {
-            const int32_t next = prompt[static_cast<size_t>(begin + r + 1)];
-            reports.push_back(report(slot, sampled_logprobs(logits + static_cast<size_t>(r) * vocab, vocab, next, top)));
-        }
+    std::vector<TokenLogprobs>& scores = slot.prompt_scores;
+    if (scores.empty()) {  // the first token: nothing predicts it
+        slot.session->reset();
+        scores.push_back(report(slot, {{prompt[0], 0.0f}, {}}));
+        scores.back().scored = false;
     }
-    return reports;
+    const int begin = static_cast<int>(scores.size()) - 1;  // tokens run so far
+    // The last token predicts nothing within the prompt: it need not run.
+    const int count = std::min(prompt_chunk_, static_cast<int>(prompt.size()) - 1 - begin);
+    if (count == 0) return 0;
+    const int vocab = tokenizer_.vocab_size();
+    const float* logits = slot.session->run(prompt.data() + begin, count, LogitRows::all);
+    for (int r = 0; r < count; ++r) {
+        const int32_t next = prompt[static_cast<size_t>(begin + r + 1)];
+        scores.push_back(report(slot, sampled_logprobs(logits + static_cast<size_t>(r) * vocab, vocab, next,
+                                                       slot.work.request.logprobs)));
+    }
+    return count;
 }
 
 void Engine::step_all() {
@@ -183,10 +183,14 @@ void Engine::step_all() {
         if (!slot.generation) {
             try {
                 GenerationRequest& r = slot.work.request;
+                if (r.echo && r.logprobs >= 0 && slot.prompt_scores.size() < r.prompt.size()) {
+                    counts.scored_tokens += score_prompt_chunk(slot);
+                    continue;
+                }
                 StreamUpdate echoed;
                 if (r.echo) {
                     echoed.text = tokenizer_.decode(r.prompt);
-                    if (r.logprobs >= 0) echoed.logprobs = score_prompt(slot);
+                    echoed.logprobs = std::move(slot.prompt_scores);
                 }
                 slot.generation = std::make_unique<Generation>(*slot.session, tokenizer_, std::move(r.prompt),
                                                                r.max_tokens, r.sampling, std::move(r.stop),

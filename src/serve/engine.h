@@ -34,6 +34,7 @@ struct EngineStep {
     int prompt_tokens = 0;  // of the prompts' chunks, all slots together
     int decoded_rows = 0;   // sequences whose next token ran
     int forwards = 0;       // forward passes run: 1, or 0 when nothing was left to run
+    int scored_tokens = 0;  // of echoed prompts' chunks scored beside the batch (echo with logprobs)
 };
 
 struct EngineOptions {
@@ -134,7 +135,8 @@ private:
         std::unique_ptr<InferenceSession> session;
         std::unique_ptr<Generation> generation;  // null while the slot is free or before its request started
         Pending work;
-        int code_points = 0;  // in the bytes of the tokens sampled so far (TokenLogprobs::text_offset)
+        std::vector<TokenLogprobs> prompt_scores;  // an echoed prompt's, while it is scored
+        int code_points = 0;  // in the bytes of the tokens reported so far (TokenLogprobs::text_offset)
         bool busy = false;
     };
     void run();
@@ -146,11 +148,12 @@ private:
     void release(Slot& slot);
     // A token as the slot's request's logprobs answer reports it; advances the slot's text offset.
     TokenLogprobs report(Slot& slot, const SampledLogprobs& logprobs) const;
-    // An echoed prompt's own log-probabilities: token i's under the logits after tokens [0, i),
-    // from a run of the prompt in the slot's session with every row's logits (the generation
-    // then runs it again, as it would without echo, so its tokens do not change). These runs
-    // are outside the step's batch and its EngineStep counts.
-    std::vector<TokenLogprobs> score_prompt(Slot& slot) const;
+    // Scores the next chunk of an echoed prompt's own tokens (echo with logprobs): token i's
+    // log-probability under the logits after tokens [0, i), from a run of the chunk in the
+    // slot's own session with every row's logits, beside the step's batch, one chunk a step.
+    // Once every token is scored the generation starts and runs the prompt again, as it would
+    // without echo, so the tokens it gives do not change. Returns the tokens scored.
+    int score_prompt_chunk(Slot& slot) const;
 
     const Tokenizer& tokenizer_;
     const int context_;
