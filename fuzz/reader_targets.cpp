@@ -322,11 +322,14 @@ Outcome read_api_request(const std::string& path, std::span<const uint8_t> bytes
                 try {
                     const CompletionCall call = parse_completion_request(body, chat, "tiny", *served.tokenizer,
                                                                          SpecialTokens{}, *served.engine);
-                    const GenerationRequest& g = call.generation;
-                    const int room = served.engine->context() - static_cast<int>(g.prompt.size());
-                    if (g.prompt.empty() || room < 1 || g.max_tokens < (g.echo ? 0 : 1) || g.max_tokens > room)
-                        throw std::logic_error("an accepted request does not fit the context");
-                    if (!served.engine->check_request(g).empty()) throw std::logic_error("an accepted request the engine refuses");
+                    for (const GenerationRequest& g : call.generations) {
+                        const int room = served.engine->context() - static_cast<int>(g.prompt.size());
+                        if (g.prompt.empty() || room < 1 || g.max_tokens < (g.echo ? 0 : 1) || g.max_tokens > room)
+                            throw std::logic_error("an accepted request does not fit the context");
+                        if (!served.engine->check_request(g).empty())
+                            throw std::logic_error("an accepted request the engine refuses");
+                    }
+                    if (call.generations.empty()) throw std::logic_error("an accepted request without a prompt");
                 } catch (const ApiError& e) {
                     if (e.status() < 400 || e.status() > 499)
                         throw std::logic_error("a malformed request answered " + std::to_string(e.status()));

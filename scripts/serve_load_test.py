@@ -75,8 +75,9 @@ def one(kind, host, port, context, rng):
     if kind == "stream":
         body = {"prompt": prompt, "max_tokens": rng.randint(1, 24), "stream": True}
         return request(host, port, "POST", "/v1/completions", json.dumps(body))
-    if kind == "scored":  # the prompt scored (echo and logprobs), and a few tokens or none after it
-        body = {"prompt": prompt, "max_tokens": rng.randint(0, 4), "echo": True, "logprobs": rng.randint(0, 5)}
+    if kind == "scored":  # prompts scored (echo and logprobs; one or two), and a few tokens or none after each
+        prompts = prompt if rng.random() < 0.5 else [prompt, "Fellow citizens " * rng.randint(1, 3)]
+        body = {"prompt": prompts, "max_tokens": rng.randint(0, 4), "echo": True, "logprobs": rng.randint(0, 5)}
         return request(host, port, "POST", "/v1/completions", json.dumps(body))
     if kind == "abandoned":
         body = {"prompt": prompt, "max_tokens": context // 2, "stream": True}
@@ -156,7 +157,8 @@ def main():
                     ok = json.loads(body)["usage"]["completion_tokens"] >= 1
                 if ok and kind == "scored" and status == 200:  # one entry per prompt and completion token
                     answer = json.loads(body)
-                    ok = len(answer["choices"][0]["logprobs"]["token_logprobs"]) == answer["usage"]["total_tokens"]
+                    listed = sum(len(choice["logprobs"]["token_logprobs"]) for choice in answer["choices"])
+                    ok = listed == answer["usage"]["total_tokens"]
                 if ok and isinstance(status, int) and status >= 400:
                     ok = "error" in json.loads(body)
             except (ValueError, KeyError):

@@ -312,13 +312,13 @@ TEST(Serve, IgnoreEosRunsPastTheEndOfGenerationToken) {
     SpecialTokens special;
     special.end_of_generation = {10};
     const std::string body = R"({"prompt": "a", "max_tokens": 4)";
-    EXPECT_EQ(parse_completion_request(body + "}", false, "tiny", *m.tokenizer, special, engine).generation.end_tokens,
+    EXPECT_EQ(parse_completion_request(body + "}", false, "tiny", *m.tokenizer, special, engine).generations[0].end_tokens,
               std::vector<int32_t>{10});
     EXPECT_EQ(parse_completion_request(body + R"(, "ignore_eos": false})", false, "tiny", *m.tokenizer, special, engine)
-                  .generation.end_tokens,
+                  .generations[0].end_tokens,
               std::vector<int32_t>{10});
     EXPECT_TRUE(parse_completion_request(body + R"(, "ignore_eos": true})", false, "tiny", *m.tokenizer, special, engine)
-                    .generation.end_tokens.empty());
+                    .generations[0].end_tokens.empty());
 }
 
 // Integers at the edges of JSON's parse: one past int64 must not wrap into range, every uint64
@@ -327,7 +327,7 @@ TEST(Serve, RequestNumbersAtTheirLimitsParseAsWritten) {
     const TestModel& m = test_model();
     Engine engine(*m.model, *m.tokenizer, EngineOptions{1, 1, 0, KvCacheType::f32});
     const auto parse = [&](const std::string& body, bool chat = false) {
-        return parse_completion_request(body, chat, "tiny", *m.tokenizer, SpecialTokens{}, engine).generation;
+        return parse_completion_request(body, chat, "tiny", *m.tokenizer, SpecialTokens{}, engine).generations.at(0);
     };
     try {
         parse(R"({"prompt": "a", "max_tokens": 9223372036854775808})");
@@ -365,7 +365,7 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", "{not json", 400, ""},
         {"/v1/completions", "[1, 2]", 400, ""},
         {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
-        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},  // one slot, no queue: one prompt
         {"/v1/completions", R"({"prompt": "a", "model": "other"})", 404, "model"},
         // The fuzzer's find: an echoed model name once carried its newline into the message.
         {"/v1/completions", R"({"prompt": "a", "model": "tia\u00e9\n)" + std::string(2000, 'x') + "\"}", 404, "model"},
@@ -388,6 +388,9 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/completions", R"({"prompt": [97, -1]})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": [97.5]})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": []})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [[]]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [["a"]]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": [{"text": "a"}]})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": "a", "echo": false, "max_tokens": 0})", 400, "max_tokens"},
         {"/v1/completions", R"({"prompt": "a", "logprobs": 6})", 400, "logprobs"},
         {"/v1/completions", R"({"prompt": "a", "logprobs": -1})", 400, "logprobs"},
@@ -628,7 +631,8 @@ TEST(Serve, EchoScoresThePromptAndLeavesTheGenerationAsItWas) {
 
 // Logprobs over HTTP in OpenAI's two shapes: a completion's {tokens, token_logprobs,
 // top_logprobs, text_offset}, the same whole and streamed, and a chat answer's content list,
-// whose greedy tokens are each their row's most likely.
+// whose greedy tokens are each their row's most likely; scoring requests of one prompt and of
+// several.
 TEST(Serve, LogprobsTakeOpenAIsShapesWholeAndStreamed) {
     RunningServer s(2);
     httplib::Client c = s.client();
@@ -692,6 +696,40 @@ TEST(Serve, LogprobsTakeOpenAIsShapesWholeAndStreamed) {
         EXPECT_EQ(choice["logprobs"]["text_offset"], json::parse("[0, 1, 2, 3, 4]"));
         for (size_t i = 1; i < 5; ++i) EXPECT_LT(choice["logprobs"]["token_logprobs"][i].get<double>(), 0.0);
     }
+    // Several prompts in one request, as an evaluation harness batches its scoring requests: a
+    // choice each, in order, each the answer its prompt gets alone; usage summed.
+    const json batch = {{"prompt", json::parse("[[72, 101, 108, 108, 111], [72, 105]]")},
+                        {"max_tokens", 1}, {"echo", true}, {"logprobs", 1}, {"temperature", 0}};
+    const auto batched = c.Post("/v1/completions", dump_json(batch), "application/json");
+    ASSERT_TRUE(batched && batched->status == 200) << (batched ? batched->body : "no response");
+    const json answers = json::parse(batched->body);
+    ASSERT_EQ(answers["choices"].size(), 2u);
+    int prompt_tokens = 0;
+    for (size_t i = 0; i < 2; ++i) {
+        json alone = batch;
+        alone["prompt"] = batch["prompt"][i];
+        const auto single = c.Post("/v1/completions", dump_json(alone), "application/json");
+        ASSERT_TRUE(single && single->status == 200);
+        const json answer = json::parse(single->body);
+        EXPECT_EQ(answers["choices"][i]["index"], i);
+        EXPECT_EQ(answers["choices"][i]["text"], answer["choices"][0]["text"]);
+        EXPECT_EQ(answers["choices"][i]["logprobs"], answer["choices"][0]["logprobs"]);
+        prompt_tokens += answer["usage"]["prompt_tokens"].get<int>();
+    }
+    EXPECT_EQ(answers["usage"]["prompt_tokens"], prompt_tokens);
+    EXPECT_EQ(answers["usage"]["completion_tokens"], 2);
+    json streamed_batch = batch;
+    streamed_batch["stream"] = true;
+    const auto refused = c.Post("/v1/completions", dump_json(streamed_batch), "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400);
+    json too_many = batch;
+    too_many["prompt"] = json::parse(R"(["a", "b", "c"])");  // two slots, no queue
+    const auto over = c.Post("/v1/completions", dump_json(too_many), "application/json");
+    ASSERT_TRUE(over);
+    EXPECT_EQ(over->status, 400);
+    EXPECT_EQ(json::parse(over->body)["error"]["param"], "prompt");
+
     // Not asked for: null, as OpenAI answers.
     const json plain = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
     const auto no_logprobs = c.Post("/v1/chat/completions", dump_json(plain), "application/json");

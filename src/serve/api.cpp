@@ -1,5 +1,6 @@
 #include "serve/api.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "data/corpus.h"
@@ -130,6 +131,41 @@ int requested_logprobs(const nlohmann::json& body, bool chat) {
     return wanted ? top->get<int>() : -1;
 }
 
+// A completion's prompts, one choice each: a string or an array of token ids (one prompt), or
+// an array of strings or of token-id arrays (several, at most `most`: the engine's slots and
+// queue places). A text prompt starts with BOS where `special` says; token ids are taken as
+// given. The engine checks the ids against the vocabulary.
+std::vector<std::vector<int32_t>> completion_prompts(const nlohmann::json& body, const Tokenizer& tokenizer,
+                                                     const SpecialTokens& special, int most) {
+    const char* expected = "'prompt' is required: a string, an array of token ids, or an array of either";
+    const auto p = body.find("prompt");
+    if (p == body.end() || !(p->is_string() || p->is_array()) || (p->is_array() && p->empty()))
+        throw invalid(expected, "prompt");
+    const auto one_prompt = [&](const nlohmann::json& prompt) {
+        if (prompt.is_string()) return special.prompt(tokenizer, prompt.get<std::string>());
+        std::vector<int32_t> tokens;
+        for (const nlohmann::json& token : prompt) {
+            if (!token.is_number_integer() || token < 0 || token >= tokenizer.vocab_size())
+                throw invalid(std::string(expected) + "; a token id is from 0 to " +
+                                  std::to_string(tokenizer.vocab_size() - 1),
+                              "prompt");
+            tokens.push_back(token.get<int32_t>());
+        }
+        return tokens;
+    };
+    if (p->is_string() || p->front().is_number()) return {one_prompt(*p)};
+    if (static_cast<int>(p->size()) > most)
+        throw invalid("'prompt' holds " + std::to_string(p->size()) + " prompts, more than the " + std::to_string(most) +
+                          " this server takes in one request (--parallel + --queue)",
+                      "prompt");
+    std::vector<std::vector<int32_t>> prompts;
+    for (const nlohmann::json& prompt : *p) {
+        if (!prompt.is_string() && !prompt.is_array()) throw invalid(expected, "prompt");
+        prompts.push_back(one_prompt(prompt));
+    }
+    return prompts;
+}
+
 }  // namespace
 
 std::string apply_chat_template(const nlohmann::json& messages) {
@@ -167,45 +203,37 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
                            "model");
     }
     if (const nlohmann::json* n = field(body, "n", is_integer, "an integer"); n && *n != 1)
-        throw invalid("'n' must be 1: one choice per request", "n");
+        throw invalid("'n' must be 1: one choice per prompt", "n");
     refuse_unimplemented_options(body);
 
     CompletionCall call;
     call.chat = chat;
-    GenerationRequest& g = call.generation;
+    GenerationRequest g;  // the options every prompt of the request runs with
+    std::vector<std::vector<int32_t>> prompts;
     if (chat) {
         const auto messages = body.find("messages");
         if (messages == body.end()) throw invalid("'messages' is required", "messages");
-        g.prompt = special.prompt(tokenizer, apply_chat_template(*messages));
+        prompts.push_back(special.prompt(tokenizer, apply_chat_template(*messages)));
     } else {
-        const auto p = body.find("prompt");
-        const char* expected = "'prompt' is required: a string, or an array of token ids (one prompt per request)";
-        if (p == body.end() || !(p->is_string() || p->is_array())) throw invalid(expected, "prompt");
-        if (p->is_string()) {
-            g.prompt = special.prompt(tokenizer, p->get<std::string>());
-        } else {
-            // Token ids are the prompt as given: no BOS is added (the engine checks the range).
-            for (const nlohmann::json& token : *p) {
-                if (!token.is_number_integer() || token < 0 || token >= tokenizer.vocab_size())
-                    throw invalid(std::string(expected) + ", each from 0 to " +
-                                      std::to_string(tokenizer.vocab_size() - 1),
-                                  "prompt");
-                g.prompt.push_back(token.get<int32_t>());
-            }
-        }
+        prompts = completion_prompts(body, tokenizer, special, engine.parallel() + engine.queue_limit());
     }
+    const char* prompt_param = chat ? "messages" : "prompt";
     const auto is_boolean = [](const nlohmann::json& v) { return v.is_boolean(); };
     if (const nlohmann::json* e = field(body, "echo", is_boolean, "a boolean"); e && e->get<bool>()) {
         if (chat) throw invalid("'echo' is for completions: a chat answer does not repeat the messages", "echo");
         g.echo = true;
     }
     g.end_tokens = special.end_of_generation;
-    if (g.prompt.empty()) throw invalid("the prompt is empty", chat ? "messages" : "prompt");
-    const int room = engine.context() - static_cast<int>(g.prompt.size());
+    size_t longest = 0;
+    for (const std::vector<int32_t>& prompt : prompts) {
+        if (prompt.empty()) throw invalid("the prompt is empty", prompt_param);
+        longest = std::max(longest, prompt.size());
+    }
+    const int room = engine.context() - static_cast<int>(longest);
     if (room < 1)
-        throw invalid("the prompt is " + std::to_string(g.prompt.size()) + " tokens, but the context holds " +
+        throw invalid("the prompt is " + std::to_string(longest) + " tokens, but the context holds " +
                           std::to_string(engine.context()) + " with room for at least one new token",
-                      chat ? "messages" : "prompt");
+                      prompt_param);
     // Chat answers run to their turn's end by default; completions stop at 16 tokens, as OpenAI's.
     const int default_tokens = chat ? room : std::min(16, room);
     // The newer name wins where both are given (a null counts as not given).
@@ -249,9 +277,15 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
         g.end_tokens.clear();
     if (const nlohmann::json* s = field(body, "stream", is_boolean, "a boolean"))
         call.stream = s->get<bool>();
+    if (call.stream && prompts.size() > 1)
+        throw invalid("'stream' takes one prompt: send the others in requests of their own", "stream");
     g.logprobs = requested_logprobs(body, chat);
-    const std::string problem = engine.check_request(g);
-    if (!problem.empty()) throw invalid(problem);
+    for (std::vector<int32_t>& prompt : prompts) {
+        call.generations.push_back(g);
+        call.generations.back().prompt = std::move(prompt);
+        const std::string problem = engine.check_request(call.generations.back());
+        if (!problem.empty()) throw invalid(problem);
+    }
     return call;
 }
 
@@ -265,10 +299,10 @@ nlohmann::json envelope(const CompletionCall& call, const std::string& id, const
     return {{"id", id}, {"object", object}, {"created", created}, {"model", model_name}};
 }
 
-nlohmann::json usage(const StreamUpdate& end) {
-    return {{"prompt_tokens", end.prompt_tokens},
-            {"completion_tokens", end.completion_tokens},
-            {"total_tokens", end.prompt_tokens + end.completion_tokens}};
+nlohmann::json usage(int prompt_tokens, int completion_tokens) {
+    return {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
 }  // namespace
@@ -297,7 +331,7 @@ nlohmann::json byte_values(const std::string& bytes) {
 // The logprobs of a choice (or of a stream chunk's tokens), or null when not asked for:
 // completions' {tokens, token_logprobs, top_logprobs, text_offset}, chat's {content, refusal}.
 nlohmann::json logprobs_json(const CompletionCall& call, const std::vector<TokenLogprobs>& tokens) {
-    if (call.generation.logprobs < 0) return nullptr;
+    if (call.generations.front().logprobs < 0) return nullptr;
     if (call.chat) {
         nlohmann::json content = nlohmann::json::array();
         for (const TokenLogprobs& t : tokens) {
@@ -332,18 +366,25 @@ nlohmann::json logprobs_json(const CompletionCall& call, const std::vector<Token
 }  // namespace
 
 nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                   int64_t created, const std::string& text,
-                                   const std::vector<TokenLogprobs>& logprobs, const StreamUpdate& end) {
+                                   int64_t created, const std::vector<ChoiceResult>& results) {
     nlohmann::json response = envelope(call, id, model_name, created, false);
-    nlohmann::json choice = {{"index", 0}, {"finish_reason", api_finish_reason(end.reason)}};
-    if (call.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-    } else {
-        choice["text"] = text;
+    nlohmann::json choices = nlohmann::json::array();
+    int prompt_tokens = 0, completion_tokens = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+        const ChoiceResult& result = results[i];
+        nlohmann::json choice = {{"index", i}, {"finish_reason", api_finish_reason(result.end.reason)}};
+        if (call.chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", result.text}};
+        } else {
+            choice["text"] = result.text;
+        }
+        choice["logprobs"] = logprobs_json(call, result.logprobs);
+        choices.push_back(choice);
+        prompt_tokens += result.end.prompt_tokens;
+        completion_tokens += result.end.completion_tokens;
     }
-    choice["logprobs"] = logprobs_json(call, logprobs);
-    response["choices"] = nlohmann::json::array({choice});
-    response["usage"] = usage(end);
+    response["choices"] = choices;
+    response["usage"] = usage(prompt_tokens, completion_tokens);
     return response;
 }
 
@@ -363,7 +404,7 @@ nlohmann::json completion_chunk(const CompletionCall& call, const std::string& i
     }
     choice["logprobs"] = end ? nlohmann::json(nullptr) : logprobs_json(call, logprobs);
     chunk["choices"] = nlohmann::json::array({choice});
-    if (end) chunk["usage"] = usage(*end);
+    if (end) chunk["usage"] = usage(end->prompt_tokens, end->completion_tokens);
     return chunk;
 }
 

@@ -28,11 +28,20 @@ private:
     std::string type_, param_;
 };
 
-// What a completion request asks for, checked against the engine (context, vocabulary).
+// What a completion request asks for, checked against the engine (context, vocabulary): one
+// generation per prompt (a chat request and a streamed one have one), alike but for the prompt.
 struct CompletionCall {
-    GenerationRequest generation;
+    std::vector<GenerationRequest> generations;
     bool stream = false;
     bool chat = false;
+};
+
+// One prompt's answer as a whole response gives it: its text, its tokens' logprobs (when asked
+// for) and its stream's last update (finish reason and counts).
+struct ChoiceResult {
+    std::string text;
+    std::vector<TokenLogprobs> logprobs;
+    StreamUpdate end;
 };
 
 // The prompt of `messages` under dqt's chat template (data/chat_template.h, docs/serve.md):
@@ -44,7 +53,8 @@ std::string apply_chat_template(const nlohmann::json& messages);
 // for a model this server does not serve) for anything malformed or out of range. A text
 // prompt starts with BOS where `special` says (a prompt of token ids is taken as given), and
 // the generation ends at an end-of-generation token where it says, unless `ignore_eos`
-// (llama-server's extension) is true.
+// (llama-server's extension) is true. A completion's prompt may be several (an array of
+// strings or of token-id arrays), up to the engine's slots and queue places.
 CompletionCall parse_completion_request(const std::string& body, bool chat, const std::string& model_name,
                                         const Tokenizer& tokenizer, const SpecialTokens& special,
                                         const Engine& engine);
@@ -52,12 +62,12 @@ CompletionCall parse_completion_request(const std::string& body, bool chat, cons
 // OpenAI's finish_reason: "stop" for a stop string, "length" for max_tokens or a full context.
 const char* api_finish_reason(FinishReason reason);
 
-// A whole response, and one stream chunk (text, or the final one with a finish reason; a chat
-// stream's first chunk also names the role). `logprobs` are the sampled tokens' (the whole
-// completion's, or those sampled for the chunk), shown where the request asked for them.
+// A whole response (a choice per prompt, usage summed over them), and one stream chunk (text,
+// or the final one with a finish reason; a chat stream's first chunk also names the role).
+// Logprobs are shown where the request asked for them: a chunk's are those of the tokens
+// sampled for it.
 nlohmann::json completion_response(const CompletionCall& call, const std::string& id, const std::string& model_name,
-                                   int64_t created, const std::string& text,
-                                   const std::vector<TokenLogprobs>& logprobs, const StreamUpdate& end);
+                                   int64_t created, const std::vector<ChoiceResult>& results);
 nlohmann::json completion_chunk(const CompletionCall& call, const std::string& id, const std::string& model_name,
                                 int64_t created, const std::string& text, const std::vector<TokenLogprobs>& logprobs,
                                 const StreamUpdate* end, bool first);

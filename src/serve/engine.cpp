@@ -85,16 +85,26 @@ std::string Engine::check_request(const GenerationRequest& request) const {
 }
 
 std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
-    auto stream = std::make_shared<RequestStream>();
+    std::vector<GenerationRequest> one;
+    one.push_back(std::move(request));
+    const std::vector<std::shared_ptr<RequestStream>> streams = submit_all(std::move(one));
+    return streams.empty() ? nullptr : streams.front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit_all(std::vector<GenerationRequest> requests) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         int free_slots = 0;
         for (const Slot& slot : slots_) free_slots += slot.busy ? 0 : 1;
-        if (static_cast<int>(queue_.size()) >= free_slots + queue_limit_) return nullptr;
-        queue_.push_back({std::move(request), stream});
+        if (queue_.size() + requests.size() > static_cast<size_t>(free_slots + queue_limit_)) return {};
+        for (GenerationRequest& request : requests) {
+            streams.push_back(std::make_shared<RequestStream>());
+            queue_.push_back({std::move(request), streams.back()});
+        }
     }
     work_.notify_one();
-    return stream;
+    return streams;
 }
 
 int Engine::live() const {

@@ -116,6 +116,9 @@ public:
     // The request's stream, or nullptr when every slot is busy and the queue is full. The
     // request must already be valid for this engine (check_request).
     std::shared_ptr<RequestStream> submit(GenerationRequest request);
+    // Several requests at once, all or none: their streams in order, or none when the free
+    // slots and queue places cannot take them all.
+    std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerationRequest> requests);
     // An empty string, or why `request` cannot run here (a prompt that leaves no room, ...).
     std::string check_request(const GenerationRequest& request) const;
 

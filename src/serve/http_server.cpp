@@ -112,6 +112,15 @@ nlohmann::json parse_object(const std::string& text) {
     return body;
 }
 
+// Cancels a whole answer's streams when its handler returns: those still running when the
+// client left or another failed stop generating (a finished one ignores it).
+struct CancelOnExit {
+    const std::vector<std::shared_ptr<RequestStream>>& streams;
+    ~CancelOnExit() {
+        for (const std::shared_ptr<RequestStream>& stream : streams) stream->cancel();
+    }
+};
+
 // One update of a stream as server-sent events: its text chunk (with its tokens' logprobs when
 // asked for, even before their text is shown), then at the end the final
 // chunk (finish reason, usage) and "[DONE]"; an error as OpenAI's error object.
@@ -205,31 +214,31 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
             try {
                 auto call = std::make_shared<CompletionCall>(parse_completion_request(
                     read_body(req, res, reader), chat, model_name_, tokenizer_, special_, engine_));
-                std::shared_ptr<RequestStream> stream = engine_.submit(call->generation);
-                if (!stream)
+                const std::vector<std::shared_ptr<RequestStream>> streams = engine_.submit_all(call->generations);
+                if (streams.empty())
                     throw ApiError(503, "server_busy",
                                    "every slot is busy and the queue is full: retry after a moment");
                 const std::string id = next_id(chat);
                 const int64_t created = unix_seconds();
                 if (!call->stream) {
+                    const CancelOnExit cancel_unfinished{streams};
                     const ClientConnection client(req);
-                    std::string text;
-                    std::vector<TokenLogprobs> logprobs;
-                    StreamUpdate update;
-                    for (;;) {
-                        if (client.gone()) {
-                            stream->cancel();
-                            return;
-                        }
-                        if (!stream->next(update, kPoll)) continue;
-                        if (!update.error.empty()) throw ApiError(500, "server_error", update.error);
-                        text += update.text;
-                        logprobs.insert(logprobs.end(), update.logprobs.begin(), update.logprobs.end());
-                        if (update.done) break;
+                    std::vector<ChoiceResult> results(streams.size());
+                    for (size_t i = 0; i < streams.size(); ++i) {
+                        ChoiceResult& result = results[i];
+                        do {
+                            if (client.gone()) return;
+                            if (!streams[i]->next(result.end, kPoll)) continue;
+                            if (!result.end.error.empty()) throw ApiError(500, "server_error", result.end.error);
+                            result.text += result.end.text;
+                            result.logprobs.insert(result.logprobs.end(), result.end.logprobs.begin(),
+                                                   result.end.logprobs.end());
+                        } while (!result.end.done);
                     }
-                    send_json(res, 200, completion_response(*call, id, model_name_, created, text, logprobs, update));
+                    send_json(res, 200, completion_response(*call, id, model_name_, created, results));
                     return;
                 }
+                const std::shared_ptr<RequestStream> stream = streams.front();  // a stream has one prompt
                 res.set_header("Cache-Control", "no-cache");
                 res.set_chunked_content_provider(
                     "text/event-stream",

@@ -1,7 +1,7 @@
 // Drives a running `dqt serve` with OpenAI's own Node client (npm `openai`), as an application
 // would: lists the models, asks for a completion and a chat answer, streams both, asks for a
-// chat answer's logprobs, and checks that a malformed request comes back as the client's
-// APIError with a 4xx status.
+// chat answer's logprobs and scores a batch of two prompts (echo with logprobs), and checks that
+// a malformed request comes back as the client's APIError with a 4xx status.
 //   npm install --prefix tools/openai-client && node tools/openai-client/check_serve.mjs http://127.0.0.1:8080/v1
 import OpenAI from "openai";
 
@@ -38,6 +38,19 @@ for (const t of tokens) {
   if (!(t.logprob <= 0) || t.top_logprobs.length !== 3 || t.top_logprobs[0].logprob !== t.logprob) fail(`logprobs ${JSON.stringify(t)}`);
 }
 console.log(`chat logprobs: ${tokens.map((t) => `${JSON.stringify(t.token)} ${t.logprob.toFixed(3)}`).join(", ")}`);
+
+// A batch of scoring requests as an evaluation harness sends them: each prompt echoed with its
+// tokens' log-probabilities (the first has none) and one generated token.
+const prompts = ["The state of the Union", "Fellow citizens"];
+const scoredBatch = await client.completions.create({ model, prompt: prompts, max_tokens: 1, temperature: 0, echo: true, logprobs: 1 });
+if (scoredBatch.choices.length !== prompts.length) fail(`${scoredBatch.choices.length} choices for ${prompts.length} prompts`);
+for (const choice of scoredBatch.choices) {
+  const lp = choice.logprobs ?? fail("no logprobs in a scoring answer");
+  if (!choice.text.startsWith(prompts[choice.index])) fail(`choice ${choice.index} does not echo its prompt: ${JSON.stringify(choice.text)}`);
+  if (lp.tokens.length !== lp.token_logprobs.length || lp.token_logprobs[0] !== null) fail(`logprobs ${JSON.stringify(lp)}`);
+  const total = lp.token_logprobs.slice(1, -1).reduce((sum, x) => sum + x, 0);
+  console.log(`scored ${JSON.stringify(prompts[choice.index])}: ${total.toFixed(2)} nats over its ${lp.tokens.length - 2} tokens after the first`);
+}
 
 try {
   await client.completions.create({ model, prompt: "x", max_tokens: 1_000_000 });
