@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include <cmath>
-
 #include "core/error.h"
 #include "data_parallel/shard_plan.h"
 #include "train/data_parallel_step.h"
