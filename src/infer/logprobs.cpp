@@ -21,6 +21,7 @@ SampledLogprobs sampled_logprobs(const float* logits, int vocab, int32_t sampled
 
     SampledLogprobs result;
     result.sampled = logprob(sampled);
+    if (top == 0) return result;  // no ranking: most requests ask for the sampled token's alone
     std::vector<int32_t> order(static_cast<size_t>(vocab));
     std::iota(order.begin(), order.end(), 0);
     const int count = std::min(top, vocab);

@@ -305,10 +305,6 @@ nlohmann::json usage(int prompt_tokens, int completion_tokens) {
             {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-}  // namespace
-
-namespace {
-
 // A token's text as OpenAI's logprobs name it: its bytes when they are UTF-8, else
 // "bytes:\xe2\x80" and the like (part of a character), as OpenAI writes them.
 std::string token_text(const std::string& bytes) {

@@ -80,7 +80,7 @@ struct TokenLogprobs {
 // or an error that ended it.
 struct StreamUpdate {
     std::string text;
-    std::vector<TokenLogprobs> logprobs;  // of the token sampled for this update, when the request asked
+    std::vector<TokenLogprobs> logprobs;  // when asked: the token sampled for this update, or an echoed prompt's
     bool done = false;
     FinishReason reason = FinishReason::running;
     int prompt_tokens = 0, completion_tokens = 0;
