@@ -115,9 +115,14 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1000, help="requests of the mix before the idle RSS")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=sorted(EXPECTED), help="a load of this kind alone (the warm-up keeps the mix)")
+    parser.add_argument("--rss-every", type=int, default=0,
+                        help="also record the RSS after every this many requests of the load (0: only at its end)")
     args = parser.parse_args()
     if not 1 <= args.requests <= 100000 or not 0 <= args.warmup <= 100000 or not 1 <= args.concurrency <= 256:
         sys.exit("serve_load_test: --requests must be 1..100000, --warmup 0..100000 and --concurrency 1..256")
+    if args.rss_every < 0:
+        sys.exit("serve_load_test: --rss-every must not be negative")
 
     process, host, port = start_server(args.dqt, args.model, args.parallel, args.queue, args.threads)
     failures = []
@@ -140,7 +145,7 @@ def main():
         rss_before = rss_kib(process.pid)
 
         rng = random.Random(args.seed)
-        kinds = [rng.choice(MIX) for _ in range(args.requests)]
+        kinds = [rng.choice([args.only] if args.only else MIX) for _ in range(args.requests)]
         seeds = [rng.randrange(1 << 30) for _ in range(args.requests)]
         counts, lock = {}, threading.Lock()
         start = time.monotonic()
@@ -169,8 +174,13 @@ def main():
                 if not ok:
                     failures.append(f"request {i} ({kind}): {status} {body[:200]!r}")
 
+        rss_by_round = []  # with --rss-every: after each round of that many requests
+        round_size = args.rss_every or args.requests
         with ThreadPoolExecutor(args.concurrency) as pool:
-            list(pool.map(run, range(args.requests)))
+            for first in range(0, args.requests, round_size):
+                list(pool.map(run, range(first, min(first + round_size, args.requests))))
+                if args.rss_every:
+                    rss_by_round.append(rss_kib(process.pid))
         seconds = time.monotonic() - start
         # Abandoned streams free their slots at the engine's next step.
         health = {}
@@ -188,7 +198,8 @@ def main():
             failures.append(f"resident memory grew from {rss_before} KiB to {rss_after} KiB")
         print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "parallel": args.parallel,
                           "queue": args.queue, "seconds": round(seconds, 1), "by_kind_and_status": dict(sorted(counts.items())),
-                          "rss_kib_after_warmup": rss_before, "rss_kib_after_load": rss_after, "health": health,
+                          "rss_kib_after_warmup": rss_before, "rss_kib_after_load": rss_after,
+                          "rss_kib_by_round": rss_by_round, "health": health,
                           "failures": failures[:20]}, indent=1))
     finally:
         process.terminate()
