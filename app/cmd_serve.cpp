@@ -92,8 +92,12 @@ void add_serve_command(CLI::App& app) {
             sigwait(&signals, &received);
             server.stop();
         });
-        std::fprintf(stderr, "dqt serve: %s on http://%s:%d/v1 (%d slots of %d positions, kernels: %s)\n",
+        std::fprintf(stderr,
+                     "dqt serve: %s on http://%s:%d/v1 (%d slots of %d positions: %.1f MiB of KV cache, %.1f MiB "
+                     "of scratch; kernels: %s)\n",
                      name.c_str(), args->host.c_str(), port, engine.parallel(), engine.context(),
+                     static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
+                     static_cast<double>(engine.scratch_bytes()) / (1 << 20),
                      model.kernels_label().c_str());
         server.serve();
         pthread_kill(on_signal.native_handle(), SIGTERM);  // server.stop() ran, or listening failed

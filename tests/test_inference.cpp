@@ -244,41 +244,60 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnRun) {
                     batched.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
                     alone.back()->run(tokens[s].data(), prompts[s], LogitRows::last);
                 }
-                // A newcomer's prompt runs kChunk tokens a step, second among the batch's parts.
+                // A newcomer's prompt runs kChunk tokens a step, second among the batch's parts,
+                // keeping every row's logits on odd steps. The steps run alternately in the first
+                // part's scratch and in a session that is no part, reserved for them beforehand.
                 constexpr int kChunk = 2;
                 const size_t newcomer = prompts.size();
                 tokens.push_back(random_tokens(seed + 100 + newcomer, T, V));
                 batched.push_back(std::make_unique<InferenceSession>(model, T, cache));
                 alone.push_back(std::make_unique<InferenceSession>(model, T, cache));
+                const int largest_step = static_cast<int>(prompts.size()) + kChunk;
+                InferenceSession spare(model, T, cache);
+                spare.reserve(largest_step, largest_step);
+                const size_t reserved = spare.scratch_bytes();
                 for (int step = 0; step < 4; ++step) {
+                    const LogitRows chunk_logits = step % 2 ? LogitRows::all : LogitRows::last;
                     std::vector<size_t> order;  // the sequence of each part
                     std::vector<InferenceSession::BatchPart> parts;
                     for (size_t s = 0; s < prompts.size(); ++s) {
                         parts.push_back({batched[s].get(), &tokens[s][static_cast<size_t>(prompts[s] + step)], 1});
                         order.push_back(s);
                         if (s != 0) continue;
-                        parts.push_back({batched[newcomer].get(), &tokens[newcomer][step * kChunk], kChunk});
+                        parts.push_back(
+                            {batched[newcomer].get(), &tokens[newcomer][step * kChunk], kChunk, chunk_logits});
                         order.push_back(newcomer);
                     }
-                    const float* logits = InferenceSession::run_batch(parts);
-                    const std::vector<float> got(logits, logits + parts.size() * V);
+                    InferenceSession& workspace = step % 2 ? spare : *batched[0];
+                    const size_t kept_rows = parts.size() + (chunk_logits == LogitRows::all ? kChunk - 1 : 0);
+                    const float* logits = InferenceSession::run_batch(workspace, parts);
+                    const std::vector<float> got(logits, logits + kept_rows * V);
+                    size_t row = 0;
                     for (size_t i = 0; i < parts.size(); ++i) {
                         const size_t s = order[i];
-                        const float* expected = alone[s]->run(parts[i].tokens, parts[i].count, LogitRows::last);
-                        expect_logits(&got[i * V], expected, V, true,
-                                      "sequence " + std::to_string(s) + ", step " + std::to_string(step));
+                        const int kept = parts[i].logits == LogitRows::all ? parts[i].count : 1;
+                        const float* expected = alone[s]->run(parts[i].tokens, parts[i].count, parts[i].logits);
+                        for (int r = 0; r < kept; ++r, ++row)
+                            expect_logits(&got[row * V], expected + static_cast<size_t>(r) * V, V, true,
+                                          "sequence " + std::to_string(s) + ", step " + std::to_string(step) +
+                                              ", row " + std::to_string(r));
                         EXPECT_EQ(batched[s]->position(), alone[s]->position());
                     }
+                    EXPECT_EQ(row, kept_rows);
                 }
+                EXPECT_EQ(spare.scratch_bytes(), reserved) << "a step within the reservation allocated";
                 const std::vector<int32_t> zero_tokens(static_cast<size_t>(T), 0);
                 const int32_t* zeros = zero_tokens.data();
-                const auto refused = [&](std::vector<InferenceSession::BatchPart> parts) {
-                    EXPECT_THROW(InferenceSession::run_batch(parts), Error);
+                const auto refused = [&](InferenceSession& workspace, std::vector<InferenceSession::BatchPart> parts) {
+                    EXPECT_THROW(InferenceSession::run_batch(workspace, parts), Error);
                     EXPECT_EQ(batched[0]->position(), alone[0]->position());  // nothing ran
                 };
-                refused({{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 1}, {batched[0].get(), zeros, 1}});
-                refused({{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 0}});
-                refused({{batched[0].get(), zeros, 1}, {batched[newcomer].get(), zeros, T}});
+                InferenceSession shorter(model, T - 1, cache);
+                refused(*batched[0],
+                        {{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 1}, {batched[0].get(), zeros, 1}});
+                refused(*batched[0], {{batched[0].get(), zeros, 1}, {batched[1].get(), zeros, 0}});
+                refused(spare, {{batched[0].get(), zeros, 1}, {batched[newcomer].get(), zeros, T}});
+                refused(shorter, {{batched[0].get(), zeros, 1}});
             });
         }
     }
@@ -372,7 +391,7 @@ TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
             other.run(tokens.data() + 1, 2, LogitRows::last);
             for (int t = prompt; t < T; ++t) {
                 const InferenceSession::BatchPart both[2] = {{&session, &tokens[t], 1}, {&other, &tokens[t - 1], 1}};
-                logits = InferenceSession::run_batch(both);
+                logits = InferenceSession::run_batch(session, both);
                 all.insert(all.end(), logits, logits + 2 * V);
             }
             return all;
@@ -497,7 +516,7 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
             alone.back()->run(tokens.data() + s, prompt, LogitRows::last);
             parts.push_back({batched.back().get(), &tokens[static_cast<size_t>(prompt + s)], 1});
         }
-        const float* batch_logits = InferenceSession::run_batch(parts);
+        const float* batch_logits = InferenceSession::run_batch(*batched[0], parts);
         const std::vector<float> got(batch_logits, batch_logits + parts.size() * V);
         for (size_t s = 0; s < parts.size(); ++s)
             expect_logits(&got[s * V], alone[s]->run(parts[s].tokens, parts[s].count, LogitRows::last), V, true,

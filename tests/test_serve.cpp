@@ -629,6 +629,45 @@ TEST(Serve, EchoScoresThePromptAndLeavesTheGenerationAsItWas) {
     EXPECT_EQ(scored_per_step, (std::vector<int>{4, 4, 2}));  // 10 of the 11 tokens predict one
 }
 
+// The engine reserves the scratch of its largest step at start-up, and no load grows it: every
+// slot running a prompt as long as the context at once, and echoed prompts scored beside them.
+TEST(Serve, ScratchIsReservedAtStartAndNoLoadGrowsIt) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{4, 4, 0, KvCacheType::f32});
+    const size_t reserved = engine.scratch_bytes();
+    EXPECT_GT(reserved, 0u);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 8; ++i) {
+        GenerationRequest r = request(std::string(60 + i % 2, static_cast<char>('a' + i)), 2, sampling(0.5f, i));
+        r.echo = i % 2 == 1;
+        r.logprobs = r.echo ? 1 : -1;
+        streams.push_back(engine.submit(r));
+        ASSERT_TRUE(streams.back());
+    }
+    for (const auto& stream : streams) {
+        std::vector<TokenLogprobs> logprobs;
+        EXPECT_EQ(drain(*stream, logprobs).second.error, "");
+    }
+    EXPECT_EQ(engine.scratch_bytes(), reserved);
+}
+
+// Several requests at once (a completions request's prompts) are taken all or none: a batch
+// that does not fit the free slots and queue places leaves the engine as it was.
+TEST(Serve, SubmitAllTakesEveryRequestOrNone) {
+    const TestModel& m = test_model();
+    Engine engine(*m.model, *m.tokenizer, EngineOptions{2, 1, 0, KvCacheType::f32});
+    const std::vector<GenerationRequest> four(4, request("The state", 5, sampling(0.0f, 3)));
+    EXPECT_TRUE(engine.submit_all(four).empty());
+    EXPECT_EQ(engine.live() + engine.waiting(), 0);
+    const std::vector<GenerationRequest> three(four.begin(), four.begin() + 3);
+    const std::vector<std::shared_ptr<RequestStream>> streams = engine.submit_all(three);
+    ASSERT_EQ(streams.size(), 3u);
+    EXPECT_FALSE(engine.submit(request("no room", 5, sampling(0.0f, 1))));
+    const GenerationResult expected =
+        generate_text(*m.model, *m.tokenizer, SpecialTokens{}, "The state", 5, sampling(0.0f, 3), KvCacheType::f32);
+    for (const auto& stream : streams) EXPECT_EQ(drain(*stream).first, expected.text);
+}
+
 // Logprobs over HTTP in OpenAI's two shapes: a completion's {tokens, token_logprobs,
 // top_logprobs, text_offset}, the same whole and streamed, and a chat answer's content list,
 // whose greedy tokens are each their row's most likely; scoring requests of one prompt and of

@@ -149,11 +149,20 @@ InferenceSession::InferenceSession(const InferenceModel& model, int max_seq, KvC
                 std::to_string(model.config.seq_len));
 }
 
-void InferenceSession::reserve(int n, int team, bool split_rows) {
+void InferenceSession::reserve(int rows, int logit_rows) {
+    require(rows >= 1 && logit_rows >= 1 && logit_rows <= rows, "inference: nothing to reserve scratch for");
+    // A run's row scratch is one copy per thread below the split, the shared copy from it.
+    const int team = std::max(1, omp_get_max_threads());
+    const int split_from = kSplitRowsPerThread * team;
+    reserve(std::min(rows, split_from - 1), std::min(logit_rows, split_from - 1), team, false);
+    if (rows >= split_from) reserve(rows, logit_rows, team, true);
+}
+
+void InferenceSession::reserve(int n, int head_rows, int team, bool split_rows) {
     const ModelConfig& c = model_.config;
+    const MemCategory s = MemCategory::scratch;
     if (n > capacity_) {
-        const size_t N = static_cast<size_t>(n), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-        const MemCategory s = MemCategory::scratch;
+        const size_t N = static_cast<size_t>(n), C = c.dim, F = c.ffn_dim;
         q_ = Array<float>(s, N * C);
         k_ = Array<float>(s, N * c.kv_dim());
         v_ = Array<float>(s, N * c.kv_dim());
@@ -162,10 +171,15 @@ void InferenceSession::reserve(int n, int team, bool split_rows) {
         gate_ = Array<float>(s, N * F);
         up_ = Array<float>(s, N * F);
         h_ = Array<float>(s, N * F);
-        normed_ = Array<float>(s, N * C);
-        rstd_ = Array<float>(s, N);
-        logits_ = Array<float>(s, N * V);
         capacity_ = n;
+    }
+    if (head_rows > head_capacity_) {
+        const size_t H = static_cast<size_t>(head_rows);
+        normed_ = Array<float>(s, H * c.dim);
+        rstd_ = Array<float>(s, H);
+        logits_ = Array<float>(s, H * c.vocab_size);
+        if (model_.head.quantized()) quantized_.reshape(head_rows, c.dim);
+        head_capacity_ = head_rows;
     }
     // Only the row scratch this run uses grows: decode never allocates the shared copy, and a
     // prompt never the per-thread ones.
@@ -175,6 +189,18 @@ void InferenceSession::reserve(int n, int team, bool split_rows) {
         if (per_thread_.size() < static_cast<size_t>(team)) per_thread_.resize(static_cast<size_t>(team));
         for (RowScratch& rows : per_thread_) rows.reserve(c, n);
     }
+}
+
+size_t InferenceSession::scratch_bytes() const {
+    const auto row_bytes = [](const RowScratch& r) {
+        return r.x.bytes() + r.normed.bytes() + r.h_sub.bytes() + r.rstd.bytes() + r.dim_input.values.bytes() +
+               r.ffn_input.values.bytes();
+    };
+    size_t bytes = row_bytes(shared_rows_) + quantized_.values.bytes();
+    for (const RowScratch& rows : per_thread_) bytes += row_bytes(rows);
+    for (const Array<float>* a : {&q_, &k_, &v_, &att_, &proj_, &gate_, &up_, &h_, &normed_, &rstd_, &logits_})
+        bytes += a->bytes();
+    return bytes;
 }
 
 void InferenceSession::RowScratch::reserve(const ModelConfig& c, int n) {
@@ -192,12 +218,12 @@ void InferenceSession::RowScratch::reserve(const ModelConfig& c, int n) {
     ffn_input.reshape(n, c.ffn_dim);
 }
 
-void InferenceSession::plan_product_rows(std::span<const RowGroup> groups, LogitRows rows,
+void InferenceSession::plan_product_rows(std::span<const RowGroup> groups, bool kept_only,
                                          std::vector<ProductRows>& runs) {
     runs.clear();
     int first = 0;
     for (const RowGroup& group : groups) {
-        const int count = group.kept_rows(rows);
+        const int count = kept_only ? group.kept_rows() : group.rows;
         if (count == 1 && !runs.empty() && !runs.back().whole) {
             ++runs.back().count;
         } else {
@@ -535,20 +561,20 @@ void check_tokens(const int32_t* tokens, int n, int vocab) {
 
 }  // namespace
 
-void InferenceSession::forward(const int32_t* tokens, int n, LogitRows rows) {
-    // Only the rows whose logits are wanted go through the final norm and the head.
+void InferenceSession::forward(const int32_t* tokens, int n) {
+    // Only the rows whose logits are kept go through the final norm and the head.
     head_sources_.clear();
     for (const RowGroup& g : groups_) {
         const int end = g.first_row + g.rows;
-        for (int r = end - g.kept_rows(rows); r < end; ++r) head_sources_.push_back(r);
+        for (int r = end - g.kept_rows(); r < end; ++r) head_sources_.push_back(r);
     }
-    plan_product_rows(groups_, LogitRows::all, block_rows_);
-    plan_product_rows(groups_, rows, head_rows_);
+    plan_product_rows(groups_, false, block_rows_);
+    plan_product_rows(groups_, true, head_rows_);
     // One team for all blocks: its threads meet at four barriers per block (docs/results.md),
     // team_barrier_'s rather than the runtime's, which cost several times more.
     const int team = std::max(1, omp_get_max_threads());
     const bool split_rows = n >= kSplitRowsPerThread * team;
-    reserve(n, team, split_rows);
+    reserve(n, static_cast<int>(head_sources_.size()), team, split_rows);
 #pragma omp parallel num_threads(team)
     {
 #pragma omp single
@@ -564,15 +590,14 @@ const float* InferenceSession::run(const int32_t* tokens, int n, LogitRows rows)
         throw Error(std::to_string(cache_.length + n) + " tokens do not fit the context of " +
                     std::to_string(cache_.max_seq));
     check_tokens(tokens, n, model_.config.vocab_size);
-    groups_.assign(1, {&cache_, cache_.length, 0, n});
-    forward(tokens, n, rows);
+    groups_.assign(1, {&cache_, cache_.length, 0, n, rows});
+    forward(tokens, n);
     cache_.length += n;
     return logits_.data();
 }
 
-const float* InferenceSession::run_batch(std::span<const BatchPart> parts) {
+const float* InferenceSession::run_batch(InferenceSession& workspace, std::span<const BatchPart> parts) {
     require(!parts.empty(), "inference: no sequences to run");
-    InferenceSession& workspace = *parts[0].session;
     const ModelConfig& c = workspace.model_.config;
     for (size_t i = 0; i < parts.size(); ++i) {
         const BatchPart& part = parts[i];
@@ -582,7 +607,7 @@ const float* InferenceSession::run_batch(std::span<const BatchPart> parts) {
         require(part.count <= s.cache_.max_seq - s.cache_.length,
                 "inference: a part of the batch does not fit its sequence's context");
         require(s.cache_.max_seq <= workspace.cache_.max_seq,
-                "inference: a sequence of the batch is longer than the first (whose RoPE table the batch uses)");
+                "inference: a sequence of the batch is longer than the workspace's (whose RoPE table the batch uses)");
         for (size_t j = 0; j < i; ++j)
             require(parts[j].session != &s, "inference: a session appears twice in one batch");
         check_tokens(part.tokens, part.count, c.vocab_size);
@@ -591,11 +616,11 @@ const float* InferenceSession::run_batch(std::span<const BatchPart> parts) {
     workspace.batch_tokens_.clear();
     for (const BatchPart& part : parts) {
         const int first = static_cast<int>(workspace.batch_tokens_.size());
-        workspace.groups_.push_back({&part.session->cache_, part.session->cache_.length, first, part.count});
+        workspace.groups_.push_back(
+            {&part.session->cache_, part.session->cache_.length, first, part.count, part.logits});
         workspace.batch_tokens_.insert(workspace.batch_tokens_.end(), part.tokens, part.tokens + part.count);
     }
-    workspace.forward(workspace.batch_tokens_.data(), static_cast<int>(workspace.batch_tokens_.size()),
-                      LogitRows::last);
+    workspace.forward(workspace.batch_tokens_.data(), static_cast<int>(workspace.batch_tokens_.size()));
     for (const BatchPart& part : parts) part.session->cache_.length += part.count;
     return workspace.logits_.data();
 }

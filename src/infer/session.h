@@ -81,24 +81,36 @@ public:
     // a sequence longer than max_seq.
     const float* run(const int32_t* tokens, int n, LogitRows rows);
 
-    // One sequence's rows of a batch: tokens [0, count) run in `session` at its next positions.
+    // One sequence's rows of a batch: tokens [0, count) run in `session` at its next positions,
+    // keeping the logits of its last token, or of every token (`logits`).
     struct BatchPart {
         InferenceSession* session;
         const int32_t* tokens;
         int count;
+        LogitRows logits = LogitRows::last;
     };
     // One step of several sequences together (a server's live decodes, one token each, and new
     // prompts' chunks): every part's tokens run in its session against its own KV cache, and
     // every weight is read once for all of them (the products take all the parts' activation
-    // rows). Returns the logits (parts, V) of each part's last token, row i for parts[i], valid
-    // until parts[0].session's next run, whose scratch the step uses. Each part's logits are
-    // those of parts[i].session->run(tokens, count, LogitRows::last), bit for bit (test):
-    // integer products are exact, and dense (fp32 weights, an fp32 head) and half ones compute
-    // each part's rows as run() would alone: a chunk's rows in one gemm, one-token parts a row at
-    // a time. dqt::Error (nothing changed) for a session listed twice, an empty part, one that
-    // does not fit its session's context, a session longer than parts[0]'s, or a token outside
-    // the vocabulary.
-    static const float* run_batch(std::span<const BatchPart> parts);
+    // rows). The step runs in workspace's scratch: one of the parts' sessions, or none of them,
+    // whose sequence is at least as long as every part's (the step uses its RoPE table).
+    // Returns the logits each part keeps, parts in order: (kept rows, V), valid until
+    // workspace's next run. Each part's logits are those of
+    // parts[i].session->run(tokens, count, logits), bit for bit (test): integer products are
+    // exact, and dense (fp32 weights, an fp32 head) and half ones compute each part's rows as
+    // run() would alone: a chunk's rows in one gemm, one-token parts a row at a time.
+    // dqt::Error (nothing changed) for a session listed twice, an empty part, one that does not
+    // fit its session's context, a session longer than workspace's, or a token outside the
+    // vocabulary.
+    static const float* run_batch(InferenceSession& workspace, std::span<const BatchPart> parts);
+
+    // Grows the scratch now for runs of up to `rows` tokens of which up to `logit_rows` keep
+    // their logits, so that no such run allocates later: a server sizes its memory once, at
+    // start-up, rather than to the largest batch its load happens to bring.
+    void reserve(int rows, int logit_rows);
+
+    // Bytes of the forward scratch the session holds now (its cache's are cache().bytes()).
+    size_t scratch_bytes() const;
 
     int position() const { return cache_.length; }
     int max_seq() const { return cache_.max_seq; }
@@ -138,9 +150,10 @@ private:
         const InferenceLinear* weight;
         float* out;  // (n, weight->rows)
     };
-    // Grows the scratch to n tokens: the shared products', and the row scratch of the mode the
-    // run uses (one per thread of `team`, or the shared copy when the rows are split).
-    void reserve(int n, int team, bool split_rows);
+    // Grows the scratch to n tokens of which head_rows go through the head: the shared
+    // products', the head's, and the row scratch of the mode the run uses (one per thread of
+    // `team`, or the shared copy when the rows are split).
+    void reserve(int n, int head_rows, int team, bool split_rows);
     // One thread's part of the team's work: its rows of the elementwise work, its kv heads (their
     // q, k and v rows, and where the heads split evenly over the threads also their RoPE, cache
     // writes and attention: see attend) and its columns of the feed-forward.
@@ -165,8 +178,9 @@ private:
         KvCache* cache;
         int pos;
         int first_row, rows;
-        // How many of its rows `wanted` keeps, counted from its last: all, or the last one.
-        int kept_rows(LogitRows wanted) const { return wanted == LogitRows::all ? rows : 1; }
+        LogitRows logits;  // the rows whose logits it keeps
+        // How many of its rows keep their logits, counted from its last: all, or the last one.
+        int kept_rows() const { return logits == LogitRows::all ? rows : 1; }
     };
     // Rows a dense or half product computes together, as run() computes one sequence's rows
     // alone: a group of several rows (a prompt or its chunk) in one gemm (`whole`), a stretch of
@@ -176,9 +190,9 @@ private:
         bool whole;
         int rows_per_product() const { return whole ? count : 1; }
     };
-    // runs = the rows of `groups` as ProductRows: each group's rows (all), or its last row
-    // (last), numbered consecutively.
-    static void plan_product_rows(std::span<const RowGroup> groups, LogitRows rows, std::vector<ProductRows>& runs);
+    // runs = the rows of `groups` as ProductRows, numbered consecutively: every row of each
+    // group (the blocks'), or only the rows each keeps logits of (the head's).
+    static void plan_product_rows(std::span<const RowGroup> groups, bool kept_only, std::vector<ProductRows>& runs);
     // Weight rows [first_row, last_row) of w times the input's rows, into those columns of out
     // (n, w.rows); `rows` covers the input's n rows.
     void multiply(const InferenceLinear& w, const ProductInput& input, float* out, std::span<const ProductRows> rows,
@@ -198,9 +212,9 @@ private:
     // The product's input: the value's rows, and this thread's share of them quantized to int8
     // when `product` runs on the integer kernels; split rows meet here, the input whole.
     ProductInput prepare_input(BlockValue value, const InferenceLinear& product, const ThreadPart& part);
-    // The forward of the n rows of groups_, then the head on each group's rows (all) or its last
-    // row (last), into logits_; the caches' lengths are the caller's.
-    void forward(const int32_t* tokens, int n, LogitRows rows);
+    // The forward of the n rows of groups_, then the head on the rows each group keeps logits
+    // of, into logits_; the caches' lengths are the caller's.
+    void forward(const int32_t* tokens, int n);
     // This thread's attention over the rows of groups_, each group in its cache: RoPE, the keys
     // and values into the cache (rounded to what an fp16 cache holds), then the attention into
     // out (n, C). Where the kv heads split evenly over the threads, kv heads [kv_begin, kv_end)
@@ -222,7 +236,8 @@ private:
     std::vector<ProductRows> head_rows_;   // the head's rows as its dense product takes them
     std::vector<int32_t> batch_tokens_;  // run_batch: the parts' tokens, in row order
     SpinBarrier team_barrier_;  // where run_blocks' threads meet
-    int capacity_ = 0;          // tokens the scratch below holds
+    int capacity_ = 0;          // tokens the blocks' scratch below holds
+    int head_capacity_ = 0;     // rows the head's scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team
     RowScratch shared_rows_;
     // Shared by the team; each product's output columns are written by one thread:
@@ -234,10 +249,11 @@ private:
     Array<float> gate_;    // (n, F)
     Array<float> up_;      // (n, F)
     Array<float> h_;       // (n, F)
-    Array<float> normed_;  // (n, C) the head's input
-    Array<float> rstd_;    // (n)
-    Array<float> logits_;  // (n, V) or (1, V)
-    Int8Rows quantized_;   // the head's quantized input
+    // The head's, over the head rows h (those whose logits are kept):
+    Array<float> normed_;  // (h, C) the head's input
+    Array<float> rstd_;    // (h)
+    Array<float> logits_;  // (h, V)
+    Int8Rows quantized_;   // (h, C) the head's quantized input
 };
 
 }  // namespace dqt

@@ -65,7 +65,7 @@ private:
         if (parts_.size() == 1)
             sessions_[0]->run(tokens_.data(), 1, LogitRows::last);
         else
-            InferenceSession::run_batch(parts_);
+            InferenceSession::run_batch(*sessions_[0], parts_);
     }
 
     int vocab_;

@@ -36,7 +36,7 @@ Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const En
     require(context_ >= 2 && context_ <= model.config.seq_len,
             "--context must be from 2 to the model's " + std::to_string(model.config.seq_len) + " positions, got " +
                 std::to_string(context_));
-    const double pool = options.parallel * kv_cache_bytes(model.config, context_, options.cache_type);
+    const double pool = options.parallel * dqt::kv_cache_bytes(model.config, context_, options.cache_type);
     require(pool <= 0.8 * static_cast<double>(physical_memory_bytes()),
             std::to_string(options.parallel) + " slots of " + std::to_string(context_) + " positions need " +
                 format_number(pool / (1 << 30)) + " GiB of KV cache, more than 80% of this machine's " +
@@ -44,6 +44,11 @@ Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const En
                 " GiB: lower --parallel or --context, or use --kv-cache f16 or int8");
     slots_.resize(static_cast<size_t>(options.parallel));
     for (Slot& slot : slots_) slot.session = std::make_unique<InferenceSession>(model, context_, options.cache_type);
+    // The largest step: a prompt chunk in every slot; the most rows keeping logits: an echoed
+    // prompt's scored chunk, or every slot's next token.
+    const int chunk = std::min(prompt_chunk_, context_);
+    workspace().reserve(options.parallel * chunk,
+                        std::max(options.parallel, std::min(kScoredChunkTokens, chunk)));
     // A new thread starts with OpenMP's default team size, not the one --threads set here.
     worker_ = std::thread([this, threads = num_threads()] {
         set_num_threads(threads);
@@ -114,6 +119,18 @@ int Engine::live() const {
     return busy;
 }
 
+size_t Engine::kv_cache_bytes() const {
+    size_t bytes = 0;
+    for (const Slot& slot : slots_) bytes += slot.session->cache().bytes();
+    return bytes;
+}
+
+size_t Engine::scratch_bytes() const {
+    size_t bytes = 0;
+    for (const Slot& slot : slots_) bytes += slot.session->scratch_bytes();
+    return bytes;
+}
+
 int Engine::waiting() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int>(queue_.size());
@@ -163,10 +180,11 @@ int Engine::score_prompt_chunk(Slot& slot) const {
     }
     const int begin = static_cast<int>(scores.size()) - 1;  // tokens run so far
     // The last token predicts nothing within the prompt: it need not run.
-    const int count = std::min(prompt_chunk_, static_cast<int>(prompt.size()) - 1 - begin);
+    const int count = std::min({prompt_chunk_, kScoredChunkTokens, static_cast<int>(prompt.size()) - 1 - begin});
     if (count == 0) return 0;
     const int vocab = tokenizer_.vocab_size();
-    const float* logits = slot.session->run(prompt.data() + begin, count, LogitRows::all);
+    const InferenceSession::BatchPart chunk{slot.session.get(), prompt.data() + begin, count, LogitRows::all};
+    const float* logits = InferenceSession::run_batch(workspace(), {&chunk, 1});
     for (int r = 0; r < count; ++r) {
         const int32_t next = prompt[static_cast<size_t>(begin + r + 1)];
         scores.push_back(report(slot, sampled_logprobs(logits + static_cast<size_t>(r) * vocab, vocab, next,
@@ -242,7 +260,7 @@ void Engine::step_all() {
     if (!parts.empty()) {
         // Requests were checked (check_request), so only a fault of the engine fails here.
         try {
-            const float* logits = InferenceSession::run_batch(parts);
+            const float* logits = InferenceSession::run_batch(workspace(), parts);
             ++counts.forwards;
             const size_t vocab = static_cast<size_t>(tokenizer_.vocab_size());
             for (size_t i = 0; i < in_batch.size(); ++i) {

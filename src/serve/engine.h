@@ -37,6 +37,10 @@ struct EngineStep {
     int scored_tokens = 0;  // of echoed prompts' chunks scored beside the batch (echo with logprobs)
 };
 
+// Tokens of an echoed prompt scored a step: each keeps a vocabulary's logits, which the
+// scratch reserved at start-up holds for this many rows (a prompt chunk keeps one).
+inline constexpr int kScoredChunkTokens = 64;
+
 struct EngineOptions {
     EngineOptions() = default;
     EngineOptions(int parallel_, int queue_, int context_, KvCacheType cache_type_)
@@ -106,8 +110,10 @@ private:
 
 class Engine {
 public:
-    // Allocates the slots' caches; dqt::Error when they do not fit in memory or the options are
-    // impossible (parallel < 1, queue < 0, a context beyond the model's).
+    // Allocates the slots' caches and the scratch of the largest step (every slot's prompt chunk
+    // at once), so that memory does not grow with the load; dqt::Error when the caches do not
+    // fit in memory or the options are impossible (parallel < 1, queue < 0, a context beyond the
+    // model's).
     Engine(const InferenceModel& model, const Tokenizer& tokenizer, const EngineOptions& options);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -128,6 +134,10 @@ public:
     int waiting() const;  // requests in the queue
     int queue_limit() const { return queue_limit_; }  // requests that may wait for a slot
     int64_t cancelled() const { return cancelled_; }  // requests dropped because their client left
+    // Memory of the slots' caches, and of their sessions' forward scratch; read them while no
+    // request runs (the engine's thread may be growing the scratch).
+    size_t kv_cache_bytes() const;
+    size_t scratch_bytes() const;
 
 private:
     struct Pending {
@@ -151,9 +161,13 @@ private:
     void release(Slot& slot);
     // A token as the slot's request's logprobs answer reports it; advances the slot's text offset.
     TokenLogprobs report(Slot& slot, const SampledLogprobs& logprobs) const;
+    // Every step runs in the first slot's session's scratch, reserved at start-up for the
+    // largest step; the other slots' sessions hold only their caches.
+    InferenceSession& workspace() const { return *slots_.front().session; }
     // Scores the next chunk of an echoed prompt's own tokens (echo with logprobs): token i's
-    // log-probability under the logits after tokens [0, i), from a run of the chunk in the
-    // slot's own session with every row's logits, beside the step's batch, one chunk a step.
+    // log-probability under the logits after tokens [0, i), from a run of the chunk (at most
+    // kScoredChunkTokens) in the slot's own cache with every row's logits, beside the step's
+    // batch, one chunk a step.
     // Once every token is scored the generation starts and runs the prompt again, as it would
     // without echo, so the tokens it gives do not change. Returns the tokens scored.
     int score_prompt_chunk(Slot& slot) const;
