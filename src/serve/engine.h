@@ -1,7 +1,8 @@
 #pragma once
 // The server's generation engine (continuous batching): up to `parallel` sequences live at
 // once, each in a slot with its own KV cache from a pool allocated (and checked against
-// memory) at start-up, and a bounded queue of requests waiting for a slot. One worker thread
+// memory) at start-up, beside the scratch of the largest step, and a bounded queue of
+// requests waiting for a slot. One worker thread
 // runs steps, each one batch (InferenceSession::run_batch), so the weights are read once per
 // step for all its rows: the next chunk of each prompt not yet run (so a long prompt delays the
 // live sequences' tokens by a chunk a step, not by the whole prompt) and the next token of every
