@@ -34,6 +34,18 @@ def rss_kib(pid):
     return None
 
 
+def heap_in_use_bytes(pid):
+    """glibc's bytes in use over all arenas (malloc_stats, through gdb; it prints to the server's
+    log): what the process holds, without the freed memory its heaps keep."""
+    subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (void)malloc_stats()"], capture_output=True,
+                   check=True)
+    totals = pathlib.Path("/tmp/dqt-serve-load.log").read_text().split("Total (incl. mmap):")
+    found = re.search(r"in use bytes\s*=\s*([0-9]+)", totals[-1]) if len(totals) > 1 else None
+    if not found:
+        sys.exit("serve_load_test: no malloc_stats totals in the server's log")
+    return int(found.group(1))
+
+
 def start_server(dqt, model, parallel, queue, threads):
     log = open("/tmp/dqt-serve-load.log", "w")
     process = subprocess.Popen([dqt, "serve", model, "--port", "0", "--parallel", str(parallel), "--queue",
@@ -118,6 +130,8 @@ def main():
     parser.add_argument("--only", choices=sorted(EXPECTED), help="a load of this kind alone (the warm-up keeps the mix)")
     parser.add_argument("--rss-every", type=int, default=0,
                         help="also record the RSS after every this many requests of the load (0: only at its end)")
+    parser.add_argument("--malloc-stats", action="store_true",
+                        help="with --rss-every: also record glibc's heap bytes in use after each round (needs gdb)")
     args = parser.parse_args()
     if not 1 <= args.requests <= 100000 or not 0 <= args.warmup <= 100000 or not 1 <= args.concurrency <= 256:
         sys.exit("serve_load_test: --requests must be 1..100000, --warmup 0..100000 and --concurrency 1..256")
@@ -174,13 +188,15 @@ def main():
                 if not ok:
                     failures.append(f"request {i} ({kind}): {status} {body[:200]!r}")
 
-        rss_by_round = []  # with --rss-every: after each round of that many requests
+        rss_by_round, heap_by_round = [], []  # with --rss-every: after each round of that many requests
         round_size = args.rss_every or args.requests
         with ThreadPoolExecutor(args.concurrency) as pool:
             for first in range(0, args.requests, round_size):
                 list(pool.map(run, range(first, min(first + round_size, args.requests))))
                 if args.rss_every:
                     rss_by_round.append(rss_kib(process.pid))
+                    if args.malloc_stats:
+                        heap_by_round.append(heap_in_use_bytes(process.pid))
         seconds = time.monotonic() - start
         # Abandoned streams free their slots at the engine's next step.
         health = {}
@@ -199,7 +215,8 @@ def main():
         print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "parallel": args.parallel,
                           "queue": args.queue, "seconds": round(seconds, 1), "by_kind_and_status": dict(sorted(counts.items())),
                           "rss_kib_after_warmup": rss_before, "rss_kib_after_load": rss_after,
-                          "rss_kib_by_round": rss_by_round, "health": health,
+                          "rss_kib_by_round": rss_by_round, "heap_in_use_bytes_by_round": heap_by_round,
+                          "health": health,
                           "failures": failures[:20]}, indent=1))
     finally:
         process.terminate()
