@@ -81,7 +81,7 @@ DeviceActivations::DeviceActivations(const ModelConfig& c, int batch_size, int s
     const MemCategory act = MemCategory::activations, scratch = MemCategory::scratch;
     layers.resize(c.n_layers);
     for (DeviceLayerActivations& a : layers) {
-        a.input = device_array<float>(act, N * C);
+        a.values[BlockValue::input] = device_array<float>(act, N * C);
         if (!recompute) allocate_device_layer_values(a, c, N, lse_count);
     }
     if (recompute) allocate_device_layer_values(lent, c, N, lse_count);
@@ -129,7 +129,7 @@ size_t DeviceActivations::planned_bytes(const ModelConfig& c, int batch, int seq
 void DeviceActivations::lend_values(int layer) {
     DeviceLayerActivations& a = layers[static_cast<size_t>(layer)];
     std::swap(a, lent);
-    std::swap(a.input, lent.input);  // the input stays the layer's
+    std::swap(a.values[BlockValue::input], lent.values[BlockValue::input]);  // the input stays the layer's
 }
 
 // What LinearInput (model/weight_access.h) prepares: for a quantized weight the int8 rows a and
@@ -380,7 +380,7 @@ double TrainingPass::forward(DeviceActivations& acts, const int32_t* tokens, con
     copy_to_device(acts.group_starts.data(), groups.starts.data(), groups.starts.size() * sizeof(int32_t));
     copy_to_device(acts.group_positions.data(), groups.positions.data(), groups.positions.size() * sizeof(int32_t));
 
-    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
+    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].values[BlockValue::input].data();
     embedding_forward(residual, acts.tokens.data(), model_.value(*w.token_embd), N, C);
     const std::vector<BlockStep> block = decoder_block_steps(c);
     for (int l = 0; l < c.n_layers; ++l) {

@@ -49,8 +49,8 @@ private:
 
 // Saved forward state of one micro-batch and the backward's scratch.
 struct DeviceLayerActivations {
-    DeviceArray<float> input, ln1, ln1_rstd, q, k, v, lse, att, att_sub, att_sub_rstd, mid, ln2, ln2_rstd, gate, up, h,
-        h_sub, h_sub_rstd;
+    PerBlockValue<DeviceArray<float>> values, rstd;  // as LayerActivations' (model/llama.h)
+    DeviceArray<float> q, k, v, lse, gate, up;
 };
 
 struct DeviceActivations {

@@ -7,6 +7,7 @@
 // A change to the block's architecture is a change to decoder_block_steps; an executor changes
 // only when a new kind of step appears.
 #include <array>
+#include <cstddef>
 #include <vector>
 
 #include "core/error.h"
@@ -15,7 +16,7 @@
 namespace dqt {
 
 // The values flowing through one layer, for N token rows. The training forward keeps each in
-// its LayerActivations field of the same name.
+// LayerActivations::values (model/llama.h).
 enum class BlockValue {
     input,   // (N, C) the residual stream entering the layer
     ln1,     // (N, C) RMSNorm(input)
@@ -26,6 +27,15 @@ enum class BlockValue {
     h,       // (N, F) the feed-forward's hidden rows
     h_sub,   // (N, F) SubLN(h)
     output,  // (N, C) the residual stream leaving the layer: the next layer's input
+};
+inline constexpr size_t kBlockValueCount = 9;
+
+// One T per block value, indexed by it.
+template <typename T>
+struct PerBlockValue {
+    std::array<T, kBlockValueCount> items;
+    T& operator[](BlockValue value) { return items[static_cast<size_t>(value)]; }
+    const T& operator[](BlockValue value) const { return items[static_cast<size_t>(value)]; }
 };
 
 // Whether a value is the residual stream (input, mid, output): one buffer updated in place by

@@ -32,7 +32,7 @@ Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : ba
     const MemCategory act = MemCategory::activations;
     layers.resize(c.n_layers);
     for (LayerActivations& a : layers) {
-        a.input = Array<float>(act, N * C);
+        a.values[BlockValue::input] = Array<float>(act, N * C);
         allocate_layer_values(a, c, N, [act](size_t count) { return Array<float>(act, count); });
         a.probs = Array<float>(act, static_cast<size_t>(batch) * H * seq * seq);
     }
@@ -210,7 +210,7 @@ double model_forward(const ModelParameters& model, Activations& acts, bool with_
     const int N = acts.batch * acts.seq, C = c.dim;
     const ModelTensors& w = model.tensors;
 
-    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].input.data();
+    float* residual = acts.layers.empty() ? acts.final_input.data() : acts.layers[0].values[BlockValue::input].data();
     weight_embedding_forward(model, *w.token_embd, residual, acts.tokens.data(), N);
     const std::vector<BlockStep> block = decoder_block_steps(c);
     for (int l = 0; l < c.n_layers; ++l) {

@@ -13,26 +13,18 @@
 
 namespace dqt {
 
-// Saved forward state of one layer, all category activations.
+// Saved forward state of one layer, all category activations; N = B * T token rows.
 struct LayerActivations {
-    Array<float> input;        // (B, T, C) residual stream entering the layer
-    Array<float> ln1;          // (B, T, C)
-    Array<float> ln1_rstd;     // (B, T)
-    Array<float> q;            // (B, T, H, D) after RoPE
-    Array<float> k;            // (B, T, Hkv, D) after RoPE
-    Array<float> v;            // (B, T, Hkv, D)
-    Array<float> probs;        // (B, H, T, T) causal softmax
-    Array<float> att;          // (B, T, C) attention output (before SubLN)
-    Array<float> att_sub;      // (B, T, C) SubLN of att (aliases att without SubLN)
-    Array<float> att_sub_rstd; // (B, T)
-    Array<float> mid;          // (B, T, C) residual after attention
-    Array<float> ln2;          // (B, T, C)
-    Array<float> ln2_rstd;     // (B, T)
-    Array<float> gate;         // (B, T, F)
-    Array<float> up;           // (B, T, F)
-    Array<float> h;            // (B, T, F) silu(gate) * up
-    Array<float> h_sub;        // (B, T, F) SubLN of h
-    Array<float> h_sub_rstd;   // (B, T)
+    // values[v]: (N, block_value_cols(v)), each value the block's steps write (SubLN's only
+    // with SubLN), and the input; not the output, which is the next layer's input.
+    PerBlockValue<Array<float>> values;
+    PerBlockValue<Array<float>> rstd;  // (N) of each RMSNorm's output: ln1, att_sub, ln2, h_sub
+    Array<float> q;      // (B, T, H, D) after RoPE
+    Array<float> k;      // (B, T, Hkv, D) after RoPE
+    Array<float> v;      // (B, T, Hkv, D)
+    Array<float> probs;  // (B, H, T, T) causal softmax
+    Array<float> gate;   // (B, T, F)
+    Array<float> up;     // (B, T, F)
 };
 
 struct Activations {
@@ -69,20 +61,13 @@ struct SavedValue {
 };
 template <typename SavedActivations>
 SavedValue saved_value(SavedActivations& acts, int layer, BlockValue value) {
-    auto& a = acts.layers[static_cast<size_t>(layer)];
-    switch (value) {
-        case BlockValue::input: return {a.input.data(), nullptr};
-        case BlockValue::ln1: return {a.ln1.data(), a.ln1_rstd.data()};
-        case BlockValue::att: return {a.att.data(), nullptr};
-        case BlockValue::att_sub: return {a.att_sub.data(), a.att_sub_rstd.data()};
-        case BlockValue::mid: return {a.mid.data(), nullptr};
-        case BlockValue::ln2: return {a.ln2.data(), a.ln2_rstd.data()};
-        case BlockValue::h: return {a.h.data(), nullptr};
-        case BlockValue::h_sub: return {a.h_sub.data(), a.h_sub_rstd.data()};
-        case BlockValue::output: break;
+    size_t saved_in = static_cast<size_t>(layer);
+    if (value == BlockValue::output) {  // the next layer's input
+        if (++saved_in == acts.layers.size()) return {acts.final_input.data(), nullptr};
+        value = BlockValue::input;
     }
-    const size_t next = static_cast<size_t>(layer) + 1;
-    return {next == acts.layers.size() ? acts.final_input.data() : acts.layers[next].input.data(), nullptr};
+    auto& a = acts.layers[saved_in];
+    return {a.values[value].data(), a.rstd[value].data()};
 }
 
 // A value's gradient in the backward's scratch. Values whose gradients are never live at once
