@@ -96,7 +96,7 @@ void add_serve_command(CLI::App& app) {
                      "dqt serve: %s on http://%s:%d/v1 (%d slots of %d positions: %.1f MiB of KV cache, %.1f MiB "
                      "of scratch; kernels: %s)\n",
                      name.c_str(), args->host.c_str(), port, engine.parallel(), engine.context(),
-                     static_cast<double>(engine.kv_cache_bytes()) / (1 << 20),
+                     static_cast<double>(engine.kv_pool_bytes()) / (1 << 20),
                      static_cast<double>(engine.scratch_bytes()) / (1 << 20),
                      model.kernels_label().c_str());
         server.serve();

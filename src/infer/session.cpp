@@ -154,7 +154,7 @@ void InferenceSession::reserve(int rows, int logit_rows) {
     // A run's row scratch is one copy per thread below the split, the shared copy from it.
     const int team = std::max(1, omp_get_max_threads());
     const int split_from = kSplitRowsPerThread * team;
-    reserve(std::min(rows, split_from - 1), std::min(logit_rows, split_from - 1), team, false);
+    reserve(std::min(rows, split_from - 1), logit_rows, team, false);
     if (rows >= split_from) reserve(rows, logit_rows, team, true);
 }
 

@@ -36,7 +36,7 @@ Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const En
     require(context_ >= 2 && context_ <= model.config.seq_len,
             "--context must be from 2 to the model's " + std::to_string(model.config.seq_len) + " positions, got " +
                 std::to_string(context_));
-    const double pool = options.parallel * dqt::kv_cache_bytes(model.config, context_, options.cache_type);
+    const double pool = options.parallel * kv_cache_bytes(model.config, context_, options.cache_type);
     require(pool <= 0.8 * static_cast<double>(physical_memory_bytes()),
             std::to_string(options.parallel) + " slots of " + std::to_string(context_) + " positions need " +
                 format_number(pool / (1 << 30)) + " GiB of KV cache, more than 80% of this machine's " +
@@ -44,9 +44,9 @@ Engine::Engine(const InferenceModel& model, const Tokenizer& tokenizer, const En
                 " GiB: lower --parallel or --context, or use --kv-cache f16 or int8");
     slots_.resize(static_cast<size_t>(options.parallel));
     for (Slot& slot : slots_) slot.session = std::make_unique<InferenceSession>(model, context_, options.cache_type);
-    // The largest step: a prompt chunk in every slot; the most rows keeping logits: an echoed
-    // prompt's scored chunk, or every slot's next token.
-    const int chunk = std::min(prompt_chunk_, context_);
+    // The largest step: a prompt chunk in every slot (a prompt leaves room for one new token);
+    // the most rows keeping logits: an echoed prompt's scored chunk, or every slot's next token.
+    const int chunk = std::min(prompt_chunk_, context_ - 1);
     workspace().reserve(options.parallel * chunk,
                         std::max(options.parallel, std::min(kScoredChunkTokens, chunk)));
     // A new thread starts with OpenMP's default team size, not the one --threads set here.
@@ -119,7 +119,7 @@ int Engine::live() const {
     return busy;
 }
 
-size_t Engine::kv_cache_bytes() const {
+size_t Engine::kv_pool_bytes() const {
     size_t bytes = 0;
     for (const Slot& slot : slots_) bytes += slot.session->cache().bytes();
     return bytes;

@@ -2,12 +2,12 @@
 // The server's generation engine (continuous batching): up to `parallel` sequences live at
 // once, each in a slot with its own KV cache from a pool allocated (and checked against
 // memory) at start-up, beside the scratch of the largest step, and a bounded queue of
-// requests waiting for a slot. One worker thread
-// runs steps, each one batch (InferenceSession::run_batch), so the weights are read once per
-// step for all its rows: the next chunk of each prompt not yet run (so a long prompt delays the
-// live sequences' tokens by a chunk a step, not by the whole prompt) and the next token of every
-// live sequence whose prompt has run; a request that ends or is cancelled frees its slot at
-// once, and a waiting one takes it at the next step.
+// requests waiting for a slot. One worker thread runs steps, each one batch
+// (InferenceSession::run_batch), so the weights are read once per step for all its rows: the
+// next chunk of each prompt not yet run (so a long prompt delays the live sequences' tokens by
+// a chunk a step, not by the whole prompt) and the next token of every live sequence whose
+// prompt has run; a request that ends or is cancelled frees its slot at once, and a waiting one
+// takes it at the next step.
 //
 // Each sequence is a Generation (infer/generation.h), the class `dqt generate` runs, and a
 // batch's logits are each sequence's own, bit for bit: a request gives the tokens the command
@@ -137,7 +137,7 @@ public:
     int64_t cancelled() const { return cancelled_; }  // requests dropped because their client left
     // Memory of the slots' caches, and of their sessions' forward scratch; read them while no
     // request runs (the engine's thread may be growing the scratch).
-    size_t kv_cache_bytes() const;
+    size_t kv_pool_bytes() const;
     size_t scratch_bytes() const;
 
 private:
