@@ -143,8 +143,8 @@ TEST(Cli, MissingInputsNameThePath) {
     const auto within_30_s = [](const std::string& arguments) {
         return run_command("timeout 30 " + std::string(DQT_BINARY) + " " + arguments);
     };
-    for (const std::string& command : {"eval", "generate", "export", "serve", "bench serve"})
-        expect_one_line_error(within_30_s(command + " " + fifo), "not a regular file");
+    for (const char* command : {"eval", "generate", "export", "serve", "bench serve"})
+        expect_one_line_error(within_30_s(std::string(command) + " " + fifo), "not a regular file");
     expect_one_line_error(within_30_s("data --corpus " + fifo + " --out " + (root / "d")), "not a regular file");
     expect_one_line_error(within_30_s("train --config " + fifo + " --out " + (root / "run")), "not a regular file");
 }

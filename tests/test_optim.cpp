@@ -9,6 +9,7 @@
 #include "optim/optimizer.h"
 #include "core/error.h"
 #include "optim/schedule.h"
+#include "quant/bf16.h"
 #include "quant/dynamic8.h"
 #include "test_helpers.h"
 #include "gradient_buffer.h"

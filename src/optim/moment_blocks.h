@@ -11,9 +11,16 @@
 #include <cstdint>
 
 #include "optim/optimizer_state.h"
+#include "quant/bf16.h"
 #include "quant/dynamic8.h"
 
 namespace dqt {
+
+// Typed access for the update kernels: one templated loop serves fp32 and bf16 moments.
+inline float load_moment(const float* p, size_t i) { return p[i]; }
+inline float load_moment(const uint16_t* p, size_t i) { return bf16_to_float(p[i]); }
+inline void store_moment(float* p, size_t i, float x) { p[i] = x; }
+inline void store_moment(uint16_t* p, size_t i, float x) { p[i] = float_to_bf16(x); }
 
 // Elements [range_first, range_last) of the tensor, inside the moments' elements; range_first
 // must be a multiple of kStateBlock (model/gradient_sink.h pieces and shard cuts are).

@@ -43,9 +43,14 @@ size_t TensorMoments::element_bytes() const {
     return 4;
 }
 
+namespace {
+
+// The moments of a tensor's 8-bit state or not: small tensors keep fp32 (kSmallTensor).
 StateDtype tensor_state_dtype(const ParamTensor& tensor, StateDtype requested) {
     return requested == StateDtype::q8 && tensor.count() < kSmallTensor ? StateDtype::fp32 : requested;
 }
+
+}  // namespace
 
 OptimizerState::OptimizerState(const ParamLayout& layout, StateDtype requested, MemCategory category)
     : requested_(requested) {

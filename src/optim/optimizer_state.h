@@ -14,7 +14,6 @@
 
 #include "core/memory.h"
 #include "model/parameters.h"
-#include "quant/bf16.h"
 
 namespace dqt {
 
@@ -47,9 +46,6 @@ struct TensorMoments {
     size_t blocks() const { return (count + kStateBlock - 1) / kStateBlock; }
 };
 
-// The moments of a tensor's 8-bit state or not: small tensors keep fp32 (kSmallTensor).
-StateDtype tensor_state_dtype(const ParamTensor& tensor, StateDtype requested);
-
 class OptimizerState {
 public:
     // One TensorMoments per tensor of the layout, zeroed.
@@ -73,11 +69,5 @@ private:
 // part's elements (and the scale moments) copied from full, which holds the whole tensor in
 // the same dtype.
 void copy_moments_range(const TensorMoments& full, TensorMoments& part);
-
-// Typed access for the update kernels: one templated loop serves fp32 and bf16 moments.
-inline float load_moment(const float* p, size_t i) { return p[i]; }
-inline float load_moment(const uint16_t* p, size_t i) { return bf16_to_float(p[i]); }
-inline void store_moment(float* p, size_t i, float x) { p[i] = x; }
-inline void store_moment(uint16_t* p, size_t i, float x) { p[i] = float_to_bf16(x); }
 
 }  // namespace dqt
