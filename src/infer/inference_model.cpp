@@ -29,8 +29,8 @@ public:
         return weights_ == WeightSource::borrow ? model_.value(t) : nullptr;
     }
     IntegerScales read_integers(const ParamTensor& t, int8_t* q) const override {
-        const IntegerScales scales{quantized_weight_scale(model_, t), model_.scale(t)};
-        read_quantized_codes(model_, t, scales.weight_scale, 0, t.rows, q);
+        const IntegerScales scales{t.traits().weight_scale(model_.stored(t), t), model_.scale(t)};
+        t.traits().read_integers(model_.stored(t), t, scales.weight_scale, 0, t.count(), q);
         return scales;
     }
 

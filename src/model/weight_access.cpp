@@ -33,17 +33,6 @@ DenseWeight::DenseWeight(const ModelParameters& model, const ParamTensor& tensor
     data_ = scratch_.data();
 }
 
-float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight) {
-    return weight.traits().weight_scale(model.stored(weight), weight);
-}
-
-void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
-                          int row_end, int8_t* q) {
-    const size_t first = static_cast<size_t>(row_begin) * weight.cols;
-    const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
-    weight.traits().read_integers(model.stored(weight), weight, weight_scale, first, count, q);
-}
-
 LinearInput::LinearInput(const ModelParameters& model, const ParamTensor& weight, float* in, int rows)
     : operand_(in) {
     const size_t count = static_cast<size_t>(rows) * weight.cols;
@@ -83,7 +72,8 @@ Array<float> integer_weight_rows(const ModelParameters& model, const ParamTensor
                                  int row_begin, int row_end) {
     const size_t count = static_cast<size_t>(row_end - row_begin) * weight.cols;
     Array<int8_t> q(MemCategory::scratch, count);
-    read_quantized_codes(model, weight, weight_scale, row_begin, row_end, q.data());
+    weight.traits().read_integers(model.stored(weight), weight, weight_scale, static_cast<size_t>(row_begin) * weight.cols,
+                                  count, q.data());
     Array<float> values(MemCategory::scratch, count);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < count; ++i) values[i] = static_cast<float>(q[i]);
@@ -110,7 +100,7 @@ void weight_linear_forward(const ModelParameters& model, const ParamTensor& weig
         return;
     }
     require(in.quantized(), "weight_linear_forward: the input of " + weight.name + " was prepared for an fp weight");
-    const float weight_scale = quantized_weight_scale(model, weight);
+    const float weight_scale = weight.traits().weight_scale(model.stored(weight), weight);
     const int slice = read_slice_rows(model, weight);
     for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
         const int row_end = std::min(weight.rows, row_begin + slice);

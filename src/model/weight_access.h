@@ -28,17 +28,6 @@ private:
     const float* data_ = nullptr;
 };
 
-// A quantized weight as the integers its forward multiplies, W = q * weight_scale:
-//   bitnet: q = the absmean ternary codes of the latents, weight_scale = mean|W| of the tensor;
-//   dqt:    q = the stored codes, weight_scale = 1 / scale.
-// Inference packs the same q with the same weight_scale (infer/inference_model.h).
-float quantized_weight_scale(const ModelParameters& model, const ParamTensor& weight);
-// q (row_end - row_begin, cols) of rows [row_begin, row_end); row_begin * cols a multiple of 4.
-// weight_scale is quantized_weight_scale(model, weight), computed once by the caller (bitnet's
-// codes depend on it; it is a pass over the whole tensor).
-void read_quantized_codes(const ModelParameters& model, const ParamTensor& weight, float weight_scale, int row_begin,
-                          int row_end, int8_t* q);
-
 // The input rows (rows, weight.cols) of a linear, prepared once per input for every linear
 // reading it (q, k and v share one):
 //   fp weights: the rows themselves (rounded to bf16 in place under bf16 compute);

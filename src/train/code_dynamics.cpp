@@ -39,8 +39,9 @@ void CodeDynamics::take(const ModelParameters& model, int step, Snapshot& into) 
     for (size_t i = 0; i < linears_.size(); ++i) {
         const ParamTensor& weight = *linears_[i];
         into.codes[i].resize(weight.count());
-        into.grid_steps[i] = quantized_weight_scale(model, weight);
-        read_quantized_codes(model, weight, into.grid_steps[i], 0, weight.rows, into.codes[i].data());
+        into.grid_steps[i] = weight.traits().weight_scale(model.stored(weight), weight);
+        weight.traits().read_integers(model.stored(weight), weight, into.grid_steps[i], 0, weight.count(),
+                                      into.codes[i].data());
     }
 }
 

@@ -30,7 +30,7 @@ private:
     struct Snapshot {
         int step = -1;
         std::vector<std::vector<int8_t>> codes;  // per quantized linear, (rows, cols)
-        std::vector<float> grid_steps;           // per quantized linear: quantized_weight_scale
+        std::vector<float> grid_steps;           // per quantized linear: its weight_scale (model/weight_format.h)
     };
     void take(const ModelParameters& model, int step, Snapshot& into) const;
 
