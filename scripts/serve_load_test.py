@@ -46,6 +46,14 @@ def heap_in_use_bytes(pid):
     return int(found.group(1))
 
 
+def add_server_arguments(parser):
+    """The flags of the server a load runs against: model, --dqt, --parallel, --threads."""
+    parser.add_argument("model", help="a checkpoint or GGUF file")
+    parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+
+
 def start_server(dqt, model, parallel, queue, threads):
     log = open("/tmp/dqt-serve-load.log", "w")
     process = subprocess.Popen([dqt, "serve", model, "--port", "0", "--parallel", str(parallel), "--queue",
@@ -118,13 +126,10 @@ MIX = (["valid"] * 30 + ["chat"] * 15 + ["stream"] * 20 + ["scored"] * 10 + ["ab
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a checkpoint or GGUF file")
-    parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
+    add_server_arguments(parser)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--queue", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1000, help="requests of the mix before the idle RSS")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=sorted(EXPECTED), help="a load of this kind alone (the warm-up keeps the mix)")

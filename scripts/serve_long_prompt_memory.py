@@ -13,15 +13,12 @@ import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from serve_load_test import REPO, request, rss_kib, start_server
+from serve_load_test import add_server_arguments, request, rss_kib, start_server
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a checkpoint or GGUF file")
-    parser.add_argument("--dqt", default=str(REPO / "build" / "dqt"))
-    parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    add_server_arguments(parser)
     parser.add_argument("--repeats", type=int, default=20, help="of the prompt's phrase")
     args = parser.parse_args()
     if not 1 <= args.parallel <= 64 or not 1 <= args.repeats <= 10000:

@@ -28,7 +28,7 @@ enum class BlockValue {
     h_sub,   // (N, F) SubLN(h)
     output,  // (N, C) the residual stream leaving the layer: the next layer's input
 };
-inline constexpr size_t kBlockValueCount = 9;
+inline constexpr size_t kBlockValueCount = static_cast<size_t>(BlockValue::output) + 1;  // output is the last
 
 // One T per block value, indexed by it.
 template <typename T>
