@@ -27,6 +27,7 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/training_pass.h"
+#include "model/initialization.h"
 
 using namespace dqt;
 using namespace dqt::cuda;
@@ -98,7 +99,7 @@ void train_steps(int tokens, const std::string& only_method, const std::string& 
             }
             method.compute = compute;
             ModelParameters host(config, method);
-            host.initialize(1);
+            initialize_parameters(host, 1);
             const StateDtype state = method.kind == Method::dqt ? StateDtype::q8 : StateDtype::fp32;
             device_reset_peaks();
             const int64_t before = device_peak_total_bytes();

@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/initialization.h"
 #include "model/parameters.h"
 #include "serve/api.h"
 #include "serve/engine.h"
@@ -294,7 +295,7 @@ std::unique_ptr<ModelParameters> tiny_ternary_model(int seq_len, bool tie_embedd
     MethodConfig m;
     m.kind = Method::dqt;
     auto model = std::make_unique<ModelParameters>(c, m);
-    model->initialize(1);
+    initialize_parameters(*model, 1);
     return model;
 }
 

@@ -38,7 +38,6 @@ FORWARD_BACKWARD = [
     ("src/model/weight_access.cpp", "void weight_linear_backward_input("),
     ("src/model/weight_access.cpp", "void weight_linear_backward_weight("),
     ("src/model/weight_access.cpp", "void weight_embedding_forward("),
-    ("src/model/gradient_sink.cpp", "int gradient_piece_rows("),
     ("src/model/gradient_sink.cpp", "std::vector<double> chunk_sums_of_squares("),
     ("src/model/gradient_sink.cpp", "double sum_in_order("),
     ("src/optim/optimizer.cpp", "TensorUpdate::TensorUpdate("),
@@ -59,6 +58,7 @@ PATHS = {
     # exchange and the communicator's collectives on a group of one.
     "4f5fb06": {
         "functions": FORWARD_BACKWARD + TRAINING_PASSES + [
+            ("src/model/gradient_sink.cpp", "int gradient_piece_rows("),
             ("src/optim/fused_update.cpp", "float clip_factor("),
             ("src/train/training_step.cpp", "TrainingStep::Result TrainingStep::run_unfused("),
             ("src/data_parallel/gradient_exchange.cpp", "void add_into("),

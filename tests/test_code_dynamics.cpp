@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/initialization.h"
 #include "model/parameters.h"
 #include "quant/codes.h"
 #include "train/code_dynamics.h"
@@ -51,7 +52,7 @@ const nlohmann::json& tensor_named(const nlohmann::json& record, const std::stri
 // them count in step 4's "in step" fraction, and everything since step 0 in "since".
 TEST(CodeDynamics, CountsTheCodesThatChangedInTheStepAndSinceTheLastMeasurement) {
     ModelParameters model(tiny_config(), method_of(Method::dqt));
-    model.initialize(7);
+    initialize_parameters(model, 7);
     const ParamTensor& wq = layout_tensor(model, "blk.0.attn_q");
     ASSERT_TRUE(wq.quantized());
     const CodeGrid grid = model.method.grid;
@@ -89,7 +90,7 @@ TEST(CodeDynamics, CountsTheCodesThatChangedInTheStepAndSinceTheLastMeasurement)
 // threshold changes one code.
 TEST(CodeDynamics, MeasuresBitnetOnTheCodesItsForwardMultiplies) {
     ModelParameters model(tiny_config(), method_of(Method::bitnet));
-    model.initialize(7);
+    initialize_parameters(model, 7);
     const ParamTensor& wq = layout_tensor(model, "blk.0.attn_q");
     ASSERT_TRUE(wq.quantized());
     CodeDynamics dynamics(model, 2);

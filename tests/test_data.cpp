@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "data/batch.h"
+#include "data/eval_windows.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/shard.h"

@@ -20,6 +20,7 @@
 #include "core/pairwise_sum.h"
 #include "data_parallel/shard_plan.h"
 #include "model/gradient_sink.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "optim/optimizer_state.h"
 #include "test_helpers.h"
@@ -193,7 +194,7 @@ TEST(GradientAccumulator, SumsSeparateLeafGradientsPairwise) {
         method.kind = Method::dqt;
         method.quantize_embedding = method.quantize_head = tied;
         ModelParameters model(config, method);
-        model.initialize(3);
+        initialize_parameters(model, 3);
         const int leaves = 4, batch = 2;
         Activations acts(config, batch, config.seq_len);
         auto fill = [&](int leaf) {

@@ -22,6 +22,7 @@
 #include "export/ternary_blocks.h"
 #include "io/gguf.h"
 #include "kernels/ternary_matmul.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "quant/codes.h"
 #include "quant/f16.h"
@@ -340,7 +341,7 @@ TEST(GgufModel, ExportThenImportIsBitExact) {
         if (c.floats == GgufFloatFormat::f16) continue;  // F16 rounds the fp tensors: no exact round trip
         SCOPED_TRACE(c.what);
         ModelParameters model(c.config, c.method);
-        model.initialize(seed);
+        initialize_parameters(model, seed);
         const std::string path = dir / "model.gguf";
         GgufExportOptions options;
         options.ternary = c.ternary;
@@ -390,7 +391,7 @@ TEST(GgufModel, FileTypeIsWhatMostBlockLinearWeightsAreStoredAs) {
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         ModelParameters model(c.config, c.method);
-        model.initialize(5);
+        initialize_parameters(model, 5);
         const std::string path = dir / "model.gguf";
         GgufExportOptions options;
         options.ternary = c.ternary;
@@ -423,7 +424,7 @@ TEST(GgufModel, SpecialTokenIdsNameTheTokenizersPieces) {
     ModelConfig config = export_config(true, true, 512);
     config.vocab_size = bpe->vocab_size();
     ModelParameters model(config, dqt_bits(1));
-    model.initialize(6);
+    initialize_parameters(model, 6);
     const std::string path = dir / "bpe.gguf";
     export_gguf(model, *bpe, GgufExportOptions{}, path);
     const GgufReader reader(path);
@@ -442,7 +443,7 @@ TEST(GgufModel, SpecialTokenIdsNameTheTokenizersPieces) {
 
     // The byte vocabulary: byte 0; it has no unknown token.
     ModelParameters byte_model(export_config(true, true, 512), dqt_bits(1));
-    byte_model.initialize(6);
+    initialize_parameters(byte_model, 6);
     export_gguf(byte_model, *make_byte_tokenizer(), GgufExportOptions{}, path);
     const GgufReader bytes(path);
     // The chat template `dqt serve` uses, in Jinja, for engines that render chat prompts.
@@ -459,7 +460,7 @@ TEST(GgufModel, BitnetExportsItsTernaryInferenceWeights) {
     bitnet.kind = Method::bitnet;
     const ModelConfig config = export_config(true, true, 512);
     ModelParameters model(config, bitnet);
-    model.initialize(77);
+    initialize_parameters(model, 77);
     const std::string path = dir / "bitnet.gguf";
     export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, path);
     const ImportedGguf imported = import_gguf(path);
@@ -521,7 +522,7 @@ TEST(GgufModel, ACraftedConfigIsRefusedBeforeAnythingIsAllocated) {
     TempDir dir("gguf-crafted");
     const ModelConfig config = export_config(true, true, 512);
     ModelParameters model(config, dqt_bits(1));
-    model.initialize(5);
+    initialize_parameters(model, 5);
     const std::string exported = dir / "model.gguf";
     export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, exported);
     const struct {
@@ -575,7 +576,7 @@ TEST(GgufModel, TheInferenceLoadBuildsTheSameModelWithoutASecondCopy) {
     for (const ExportCase& c : export_cases()) {
         SCOPED_TRACE(c.what);
         ModelParameters model(c.config, c.method);
-        model.initialize(seed);
+        initialize_parameters(model, seed);
         size_t largest = 0;
         for (const ParamTensor& t : model.layout.tensors) largest = std::max(largest, t.count());
         // A block of zero codes (TQ2_0 d = 0) in a q matrix, whose rows the bitnet graph permutes.
@@ -608,7 +609,7 @@ TEST(GgufModel, TheInferenceLoadBuildsTheSameModelWithoutASecondCopy) {
 TEST(GgufModel, TheInferenceLoadRefusesDamagedTernaryBlocks) {
     TempDir dir("gguf-inference-refuse");
     ModelParameters model(export_config(true, true, 512), dqt_bits(1));
-    model.initialize(9);
+    initialize_parameters(model, 9);
     const std::string exported = dir / "model.gguf";
     export_gguf(model, *make_byte_tokenizer(), GgufExportOptions{}, exported);
     const struct {

@@ -27,6 +27,7 @@
 #include "export/hf_export.h"
 #include "export/hf_import.h"
 #include "io/safetensors.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "quant/codes.h"
 #include "test_helpers.h"
@@ -166,7 +167,7 @@ TEST(HfExport, EveryMethodComesBackBitForBit) {
     for (size_t k = 0; k < methods.size(); ++k) {
         SCOPED_TRACE(methods[k].label());
         ModelParameters model(config, methods[k]);
-        model.initialize(100 + k);
+        initialize_parameters(model, 100 + k);
         const std::string out = root / std::to_string(k);
         export_hf_folder(model, *tokenizer, SpecialTokens{}, out);
         expect_same_weights(model, *import_hf_folder(out).model);

@@ -23,6 +23,7 @@
 #include "infer/session.h"
 #include "infer/ternary_layout.h"
 #include "kernels/attention.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "test_helpers.h"
 
@@ -114,7 +115,7 @@ TEST(Inference, FullForwardMatchesTheTrainingForwardForEveryMethod) {
         const ModelConfig config = small_config(c.subln, c.kv_heads);
         for (uint64_t model_index = 0; model_index < 4; ++model_index) {
             ModelParameters parameters(config, c.method);
-            parameters.initialize(seed + model_index);
+            initialize_parameters(parameters, seed + model_index);
             const std::vector<int32_t> tokens = random_tokens(seed + model_index, config.seq_len, config.vocab_size);
             const std::vector<float> expected = training_logits(parameters, tokens);
             const InferenceModel model(parameters);
@@ -133,13 +134,13 @@ TEST(Inference, AReluSquaredModelMatchesItsTrainingForward) {
     ModelConfig config = small_config(true, 2);
     config.ffn_activation = GatedActivation::relu2;
     ModelParameters parameters(config, method_of(Method::dqt, 1, true));
-    parameters.initialize(seed + 3);
+    initialize_parameters(parameters, seed + 3);
     const std::vector<int32_t> tokens = random_tokens(seed + 3, config.seq_len, config.vocab_size);
     const std::vector<float> expected = training_logits(parameters, tokens);
     ModelConfig silu_config = config;
     silu_config.ffn_activation = GatedActivation::silu;
     ModelParameters silu(silu_config, method_of(Method::dqt, 1, true));
-    silu.initialize(seed + 3);
+    initialize_parameters(silu, seed + 3);
     EXPECT_NE(training_logits(silu, tokens), expected) << "the activation changed nothing";
     const InferenceModel model(parameters);
     InferenceSession whole(model, config.seq_len);
@@ -165,7 +166,7 @@ TEST(Inference, DecodingMatchesTheFullForwardAtEveryPosition) {
         const int V = config.vocab_size, T = config.seq_len;
         const size_t TV = static_cast<size_t>(T) * V;
         ModelParameters parameters(config, c.method);
-        parameters.initialize(seed);
+        initialize_parameters(parameters, seed);
         const std::vector<int32_t> tokens = random_tokens(seed, T, V);
         const InferenceModel model(parameters);
         std::vector<float> f32_logits;
@@ -222,7 +223,7 @@ TEST(Inference, ABatchGivesEachSequenceTheLogitsOfItsOwnRun) {
         const ModelConfig config = small_config(c.subln, c.kv_heads);
         const int V = config.vocab_size, T = config.seq_len;
         ModelParameters parameters(config, c.method);
-        parameters.initialize(seed + 7);
+        initialize_parameters(parameters, seed + 7);
         const InferenceModel model(parameters);
         // Three threads do not divide the GQA models' two kv heads: the batch's q, k and v rows
         // are then split evenly and the threads meet before attending.
@@ -313,7 +314,7 @@ TEST(Inference, LogitsDoNotDependOnTheThreadCount) {
         const ModelConfig config = small_config(c.subln, c.kv_heads);
         const int V = config.vocab_size, T = config.seq_len, prompt = 5;
         ModelParameters parameters(config, c.method);
-        parameters.initialize(seed);
+        initialize_parameters(parameters, seed);
         const std::vector<int32_t> tokens = random_tokens(seed, T, V);
         const InferenceModel model(parameters);
         for (KvCacheType cache : {KvCacheType::f32, KvCacheType::f16, KvCacheType::int8}) {
@@ -351,7 +352,7 @@ TEST(Inference, TheLookupLayoutGivesTheTwoBitLayoutsLogitsBitForBit) {
         const ModelConfig config = small_config(c.subln, c.kv_heads);
         const int V = config.vocab_size, T = config.seq_len, prompt = 5;
         ModelParameters parameters(config, c.method);
-        parameters.initialize(seed + 3);
+        initialize_parameters(parameters, seed + 3);
         const std::vector<int32_t> tokens = random_tokens(seed + 3, T, V);
         const InferenceModel two_bit(parameters);
         InferenceModel lookup(parameters), fastest(parameters);
@@ -412,7 +413,7 @@ TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
     const ModelConfig config = small_config(true, 4);
     auto formats = [&](const MethodConfig& method) {
         ModelParameters parameters(config, method);
-        parameters.initialize(4);
+        initialize_parameters(parameters, 4);
         const InferenceModel model(parameters);
         return std::pair{model.layers[1].w_down.format, model.head.format};
     };
@@ -425,7 +426,7 @@ TEST(Inference, EachMethodsLinearsRunInTheirOwnFormat) {
 
     // The packed ternary codes and scale are the stored ones.
     ModelParameters parameters(config, method_of(Method::dqt, 1));
-    parameters.initialize(4);
+    initialize_parameters(parameters, 4);
     const InferenceModel model(parameters);
     const ParamTensor& wq = *parameters.tensors.layers[0].wq;
     const TernaryMatrix& packed = model.layers[0].wq.ternary;
@@ -460,7 +461,7 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
         config.tie_embeddings = c.tied;
         const int V = config.vocab_size, T = config.seq_len, prompt = 5;
         ModelParameters parameters(config, c.method);
-        parameters.initialize(seed);
+        initialize_parameters(parameters, seed);
         for (float& value : parameters.values) value = static_cast<float>(static_cast<Float16>(value));
         const InferenceModel halves(parameters);                      // copies: fp16 where exact
         const InferenceModel fp32(parameters, WeightSource::borrow);  // reads the fp32 values
@@ -530,7 +531,7 @@ TEST(Inference, WeightsThatAreFp16ExactlyAreHeldInHalvesWithTheSameLogits) {
 TEST(Inference, RefusesTokensOutsideTheVocabularyAndSequencesBeyondTheContext) {
     const ModelConfig config = small_config(true, 4);
     ModelParameters parameters(config, method_of(Method::dqt, 1));
-    parameters.initialize(1);
+    initialize_parameters(parameters, 1);
     const InferenceModel model(parameters);
     InferenceSession session(model, 4);
     const int32_t outside[] = {config.vocab_size}, negative[] = {-1};
@@ -585,7 +586,7 @@ TEST(Inference, GenerationCachesOnlyWhatItCanReach) {
     config.vocab_size = data.tokenizer->vocab_size();
     config.seq_len = kMaxSeqLen;
     ModelParameters parameters(config, method_of(Method::dqt, 1));
-    parameters.initialize(4);
+    initialize_parameters(parameters, 4);
     const InferenceModel model(parameters);
     memory_reset_peaks();
     const int64_t before = memory_live_bytes(MemCategory::activations);
@@ -602,7 +603,7 @@ TEST(Inference, EvaluationMemoryDoesNotGrowWithTheTokensScored) {
     config.vocab_size = data.tokenizer->vocab_size();
     config.seq_len = 32;
     ModelParameters parameters(config, method_of(Method::dqt, 1));
-    parameters.initialize(3);
+    initialize_parameters(parameters, 3);
     const InferenceModel model(parameters);
     auto peak_of = [&](int64_t tokens) {
         memory_reset_peaks();

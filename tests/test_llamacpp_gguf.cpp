@@ -19,6 +19,7 @@
 #include "export/ternary_blocks.h"
 #include "infer/inference_model.h"
 #include "io/gguf.h"
+#include "model/initialization.h"
 #include "quant/f16.h"
 #include "test_helpers.h"
 #include "train/model_checkpoint.h"
@@ -257,7 +258,7 @@ TEST(LlamaCppGguf, ByteLevelVocabulariesReadBackWithoutDqtKeys) {
             style == "byte" ? make_byte_tokenizer()
                             : load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
         ModelParameters model(dqt::testing::small_llama_config(tokenizer->vocab_size()), MethodConfig{});
-        model.initialize(3);
+        initialize_parameters(model, 3);
         const std::string exported = dir / "model.gguf";
         export_gguf(model, *tokenizer, GgufExportOptions{}, exported);
         EXPECT_EQ(GgufReader(exported).string("tokenizer.ggml.model"), "gpt2");

@@ -29,7 +29,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include "data/batch.h"
+#include "data/eval_windows.h"
 #include "data/byte_level_bpe.h"
 #include "data/dataset.h"
 #include "data/shard.h"
@@ -39,6 +39,7 @@
 #include "infer/sampling.h"
 #include "infer/session.h"
 #include "io/gguf.h"
+#include "model/initialization.h"
 #include "test_helpers.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -434,7 +435,7 @@ TEST(LlamaCppInterop, SentencepieceVocabularyTokenizesTheSame) {
         MethodConfig method;
         method.kind = Method::dqt;
         ModelParameters model(config, method);
-        model.initialize(3);
+        initialize_parameters(model, 3);
         const std::string gguf = dir / "bpe.gguf";
         export_gguf(model, *tokenizer, GgufExportOptions{}, gguf);
         const GgufReader reader(gguf);
@@ -592,7 +593,7 @@ TEST(LlamaCppInterop, ByteLevelBpeVocabularyTokenizesTheSame) {
         SCOPED_TRACE(style);
         const auto tokenizer = load_byte_level_bpe(dqt::testing::read_bytes(golden + style + "_style.json"), style);
         ModelParameters model(dqt::testing::small_llama_config(tokenizer->vocab_size()), MethodConfig{});
-        model.initialize(3);
+        initialize_parameters(model, 3);
         const std::string gguf = dir / "bpe.gguf";
         export_gguf(model, *tokenizer, GgufExportOptions{}, gguf);
         EXPECT_EQ(GgufReader(gguf).string("tokenizer.ggml.pre"), style == "llama3" ? "llama-bpe" : "gpt-2");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "model/method.h"
 #include "model/ternary_convert.h"
@@ -414,7 +415,7 @@ TEST(BitnetSte, LinearGradientsMatchFiniteDifferencesOfTheSurrogate) {
     MethodConfig method;
     method.kind = Method::bitnet;
     ModelParameters model(small_config(), method);
-    model.initialize(seed);
+    initialize_parameters(model, seed);
     const ParamTensor& weight = *model.tensors.layers[0].w_gate;  // (F, C) = (24, 16)
     ASSERT_TRUE(weight.quantized());
     const int rows = 6, in = weight.cols, out = weight.rows;
@@ -485,7 +486,7 @@ TEST(DqtStorage, WeightsCategoryIsTheCodesOnly) {
         const ModelConfig config = small_config();
         const int64_t weights_before = memory_live_bytes(MemCategory::weights);
         ModelParameters model(config, method);
-        model.initialize(3);
+        initialize_parameters(model, 3);
         size_t code_bytes_expected = 0, norm_floats = 0;
         for (const ParamTensor& tensor : model.layout.tensors) {
             if (tensor.is_matrix()) {
@@ -530,7 +531,7 @@ TEST(WeightAccess, DenseWeightIsWhatEachMethodDefines) {
     bitnet.kind = Method::bitnet;
     for (const MethodConfig& method : {MethodConfig{}, bitnet, dqt_method(1), dqt_method(5)}) {
         ModelParameters model(config, method);
-        model.initialize(11);
+        initialize_parameters(model, 11);
         const ParamTensor& tensor = *model.tensors.layers[0].wq;
         const DenseWeight dense(model, tensor);
         std::vector<float> expected(tensor.count());
@@ -554,7 +555,7 @@ TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
     bitnet.kind = Method::bitnet;
     {
         ModelParameters model(config, bitnet);
-        model.initialize(21);
+        initialize_parameters(model, 21);
         const auto converted = convert_to_ternary(model);
         EXPECT_EQ(converted->method.kind, Method::dqt);
         EXPECT_TRUE(converted->method.grid.ternary());
@@ -566,7 +567,7 @@ TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
     }
     {
         ModelParameters model(config, dqt_method(8));
-        model.initialize(22);
+        initialize_parameters(model, 22);
         const auto converted = convert_to_ternary(model);
         const ParamTensor& tensor = *model.tensors.layers[0].w_down;
         std::vector<float> w(tensor.count()), expected(tensor.count());
@@ -587,7 +588,7 @@ TEST(TernaryConvert, BitnetKeepsItsForwardAndDqtFollowsTheFormula) {
 // float64 computation on an 8-bit model's weights.
 TEST(TernaryConvert, TwnRuleFollowsItsDefinition) {
     ModelParameters model(small_config(), dqt_method(8));
-    model.initialize(23);
+    initialize_parameters(model, 23);
     const auto converted = convert_to_ternary(model, TernaryRule::twn);
     for (const ParamTensor& tensor : converted->layout.tensors) {
         if (!tensor.stores_codes()) continue;

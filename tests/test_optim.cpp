@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "model/initialization.h"
 #include "optim/optimizer.h"
 #include "core/error.h"
 #include "optim/schedule.h"
@@ -61,7 +62,7 @@ TEST(Optim, AdamWMatchesFloat64ReferenceOverSeveralSteps) {
         ModelParameters model(tiny_config());
         const uint64_t seed = dqt::testing::test_seed();
         SCOPED_TRACE("seed " + std::to_string(seed) + " state " + state_dtype_bits(dtype));
-        model.initialize(seed);
+        initialize_parameters(model, seed);
         OptimizerState state(model.layout, dtype);
         GradientBuffer gradients(model.layout);
         AdamWConfig adam;

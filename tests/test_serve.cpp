@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "infer/generate.h"
 #include "infer/generation.h"
+#include "model/initialization.h"
 #include "model/parameters.h"
 #include "serve/api.h"
 #include "serve/engine.h"
@@ -57,7 +58,7 @@ struct TestModel {
         MethodConfig m;
         m.kind = Method::dqt;
         ModelParameters parameters(c, m);
-        parameters.initialize(11);
+        initialize_parameters(parameters, 11);
         model = std::make_unique<InferenceModel>(parameters);
     }
 };

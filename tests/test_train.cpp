@@ -19,6 +19,7 @@
 #include "infer/inference_model.h"
 #include "data/shard.h"
 #include "io/checkpoint.h"
+#include "model/initialization.h"
 #include "optim/fused_update.h"
 #include "test_helpers.h"
 #include "train/device_step.h"
@@ -482,7 +483,7 @@ TEST(ModelCheckpoint, TheInferenceLoadBuildsTheSameModelWithoutASecondCopy) {
         options.model.tie_embeddings = c.tied;
         options.method = c.method;
         ModelParameters model(options.model, options.method);
-        model.initialize(seed);
+        initialize_parameters(model, seed);
         const OptimizerState state(model.layout, StateDtype::fp32);
         const std::string path = dir / "checkpoint.dqt";
         save_training_checkpoint(path, options, TrainingPosition{7, 0.5}, model, state, *make_byte_tokenizer());

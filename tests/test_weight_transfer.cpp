@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "model/ternary_convert.h"
 #include "model/weight_transfer.h"
@@ -57,7 +58,7 @@ TEST(WeightTransfer, RealValuedTargetsTakeTheSourceValues) {
     const ModelConfig config = transfer_config();
     for (const MethodConfig& from : {method_of(Method::fp), method_of(Method::dqt, 8), method_of(Method::dqt, 1)}) {
         ModelParameters source(config, from);
-        source.initialize(test_seed());
+        initialize_parameters(source, test_seed());
         for (const MethodConfig& to : {method_of(Method::fp), method_of(Method::bitnet)}) {
             ModelParameters target(config, to);
             transfer_weights(source, target);
@@ -75,7 +76,7 @@ TEST(WeightTransfer, RealValuedTargetsTakeTheSourceValues) {
 TEST(WeightTransfer, IntegerCodesFollowTheAbsmaxRule) {
     const ModelConfig config = transfer_config();
     ModelParameters source(config, method_of(Method::fp));
-    source.initialize(test_seed());
+    initialize_parameters(source, test_seed());
     for (int bits : {2, 4, 8}) {
         ModelParameters target(config, method_of(Method::dqt, bits));
         transfer_weights(source, target);
@@ -105,7 +106,7 @@ TEST(WeightTransfer, IntegerCodesFollowTheAbsmaxRule) {
 TEST(WeightTransfer, SameWidthKeepsCodesWhenTheTopCodeIsUsed) {
     const ModelConfig config = transfer_config();
     ModelParameters source(config, method_of(Method::dqt, 8));
-    source.initialize(test_seed());
+    initialize_parameters(source, test_seed());
     for (const ParamTensor& tensor : source.layout.tensors) {
         if (!tensor.stores_codes()) continue;
         write_code(source.code(tensor), source.method.grid, 3, source.method.grid.qp());
@@ -125,7 +126,7 @@ TEST(WeightTransfer, SameWidthKeepsCodesWhenTheTopCodeIsUsed) {
 TEST(WeightTransfer, TernaryTargetsUseBitnetsRuleOrTwn) {
     const ModelConfig config = transfer_config();
     ModelParameters bitnet(config, method_of(Method::bitnet));
-    bitnet.initialize(test_seed());
+    initialize_parameters(bitnet, test_seed());
     ModelParameters from_bitnet(config, method_of(Method::dqt, 1));
     transfer_weights(bitnet, from_bitnet);
     Activations a(config, 2, config.seq_len), b(config, 2, config.seq_len);
@@ -135,7 +136,7 @@ TEST(WeightTransfer, TernaryTargetsUseBitnetsRuleOrTwn) {
     for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], b.logits[i], 1e-4f) << i;
 
     ModelParameters eight(config, method_of(Method::dqt, 8));
-    eight.initialize(test_seed() + 1);
+    initialize_parameters(eight, test_seed() + 1);
     ModelParameters from_eight(config, method_of(Method::dqt, 1));
     transfer_weights(eight, from_eight);
     const auto twn = convert_to_ternary(eight, TernaryRule::twn);

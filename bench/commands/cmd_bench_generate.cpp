@@ -32,6 +32,7 @@
 #include "infer/sampling.h"
 #include "infer/session.h"
 #include "kernels/read_bandwidth.h"
+#include "model/initialization.h"
 #include "quant/codes.h"
 
 namespace dqt::cli {
@@ -253,7 +254,7 @@ void add_bench_generate_command(CLI::App& bench) {
             method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)
             ModelParameters random_model(config, method);
-            random_model.initialize(1);
+            initialize_parameters(random_model, 1);
             if (!kept.empty()) std::filesystem::create_directories(args->keep_dir);
             gguf = kept.empty() ? folder + "/model.gguf" : kept;
             GgufExportOptions options;

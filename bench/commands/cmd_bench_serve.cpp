@@ -15,6 +15,7 @@
 #include "bench_commands.h"
 #include "cache_regime.h"
 #include "commands.h"
+#include "model/initialization.h"
 #include "model_files.h"
 #include "core/cpu_cache.h"
 #include "core/error.h"
@@ -115,7 +116,7 @@ void add_bench_serve_command(CLI::App& bench) {
             parameters = std::make_unique<ModelParameters>(
                 resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset)),
                 method);
-            parameters->initialize(1);
+            initialize_parameters(*parameters, 1);
             if (args->float_type == "f16")
                 for (float& value : parameters->values) value = static_cast<float>(static_cast<Float16>(value));
             tokenizer = bench_tokenizer(parameters->config);

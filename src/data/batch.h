@@ -1,15 +1,12 @@
 #pragma once
-// Training batches and evaluation windows from a token shard.
-//
-// Training: random windows, reproducible and independent of threads and ranks. Sequence g of
-// optimizer step s (g = global index within the step, counting over micro-steps: micro-step m
-// of B sequences holds g in [m*B, (m+1)*B)) starts at
+// Training batches from a token shard: random windows, reproducible and independent of threads
+// and ranks. Sequence g of optimizer step s (g = global index within the step, counting over
+// micro-steps: micro-step m of B sequences holds g in [m*B, (m+1)*B)) starts at
 //     random_u64(seed, kStreamBatch, s, g) % (token_count - seq)
 // so a data-parallel rank, which runs whole micro-steps (rank r of N: micro-steps
 // [r*k, (r+1)*k) of the step's N*k), draws exactly its sequences of the same global batch with
-// sample_sequences. Targets are the inputs shifted by one token.
-//
-// Evaluation: contiguous, non-overlapping windows from the start of the shard.
+// sample_sequences. Targets are the inputs shifted by one token. (Evaluation reads contiguous
+// windows instead: data/eval_windows.h.)
 #include <cstddef>
 #include <cstdint>
 
@@ -21,13 +18,5 @@ namespace dqt {
 // in 32 bits, the RNG's step counter). Throws dqt::Error if the shard holds <= seq tokens.
 void sample_sequences(const Shard& shard, uint64_t seed, uint64_t step, uint64_t first_global_index, int count, int seq,
                       int32_t* inputs /* (count, seq) */, int32_t* targets /* (count, seq) */);
-
-// Number of whole windows of seq tokens (plus the one extra target token) in the shard,
-// limited to max_tokens input tokens in total (max_tokens == 0: no limit).
-size_t eval_window_count(const Shard& shard, int seq, size_t max_tokens);
-
-// Window w: inputs = tokens [w*seq, (w+1)*seq), targets = the same shifted by one.
-void eval_window(const Shard& shard, size_t window_index, int seq, int32_t* inputs /* (seq) */,
-                 int32_t* targets /* (seq) */);
 
 }  // namespace dqt

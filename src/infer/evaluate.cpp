@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/batch.h"
+#include "data/eval_windows.h"
 #include "infer/session.h"
 #include "kernels/cross_entropy.h"
 

@@ -19,14 +19,12 @@ GradientAccumulator::GradientAccumulator(const ModelParameters& model, int first
     // The tied embedding is also the head: the backward pass visits its pieces twice per leaf.
     const bool tied = model.tensors.output == model.tensors.token_embd;
     for (const ParamTensor& tensor : layout.tensors) {
-        const int rows = gradient_piece_rows(layout, tensor);
         first_piece_.push_back(static_cast<int>(pieces_.size()));
-        piece_rows_.push_back(rows);
         const int visits = tied && &tensor == model.tensors.token_embd ? 2 : 1;
-        for (int row = 0; row < tensor.rows; row += rows) {
+        for (int row = 0; row < tensor.rows; row += tensor.piece_rows) {
             const size_t cols = static_cast<size_t>(tensor.cols);
             pieces_.push_back({tensor.flat_offset + row * cols,
-                               tensor.flat_offset + std::min(tensor.rows, row + rows) * cols, visits});
+                               tensor.flat_offset + std::min(tensor.rows, row + tensor.piece_rows) * cols, visits});
         }
     }
     acquired_.assign(pieces_.size(), 0);
@@ -47,8 +45,7 @@ GradientAccumulator::GradientAccumulator(const ModelParameters& model, int first
 }
 
 int GradientAccumulator::piece_index(const ParamTensor& tensor, int row_begin) const {
-    const size_t id = static_cast<size_t>(tensor.tensor_id);
-    return first_piece_[id] + row_begin / piece_rows_[id];
+    return first_piece_[static_cast<size_t>(tensor.tensor_id)] + row_begin / tensor.piece_rows;
 }
 
 void GradientAccumulator::begin_leaf(int leaf) {

@@ -60,7 +60,6 @@ private:
     size_t total_ = 0;              // layout.total
     std::vector<GradientPiece> pieces_;
     std::vector<int> first_piece_;  // (tensors) index of each tensor's first piece
-    std::vector<int> piece_rows_;   // (tensors) rows per piece
     std::vector<LeafPlan> leaves_;
     std::vector<LeafBlock> final_blocks_;
     Array<float> slots_;            // (slots, layout.total) category gradients

@@ -1,7 +1,7 @@
 #pragma once
 // Where model_backward puts each parameter's gradient. For every tensor, backward walks its
-// rows in pieces (gradient_piece_rows: the whole tensor, except the embedding and the lm_head,
-// which go in slices no larger than the largest block linear) and, per piece, calls acquire,
+// rows in pieces of ParamTensor::piece_rows (set by the layout, so every sink sees the same
+// pieces and computes the same bits) and, per piece, calls acquire,
 // accumulates that piece's gradient of this micro-batch into the buffer it got, and calls
 // release: the piece's gradient is then complete. A sink may keep every gradient (a step's
 // GradientAccumulator, model/gradient_accumulator.h; the tests' GradientBuffer) or update the
@@ -21,12 +21,6 @@ public:
     virtual float* acquire(const ParamTensor& tensor, int row_begin, int row_end) = 0;
     virtual void release(const ParamTensor& tensor, int row_begin, int row_end) = 0;
 };
-
-// Rows per gradient piece of a tensor. Depends on the layout only, so every sink sees the same
-// pieces and computes the same bits. A piece of the embedding or head holds a multiple of
-// kGradientPieceAlign values (whole 8-bit optimizer-state blocks, whole packed code bytes).
-inline constexpr size_t kGradientPieceAlign = 256;
-int gradient_piece_rows(const ParamLayout& layout, const ParamTensor& tensor);
 
 // Gradient norms sum squares in double over chunks of kSquareSumChunk values, each chunk in
 // index order, then the chunks' sums in order: the same bits for any thread count, and for

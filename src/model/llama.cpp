@@ -58,7 +58,7 @@ Activations::Activations(const ModelConfig& c, int batch_size, int seq_len) : ba
 
 namespace {
 
-// The backward of one use of a parameter, piece by piece as gradient_piece_rows says.
+// The backward of one use of a parameter, piece by piece (ParamTensor::piece_rows).
 class BackwardPass {
 public:
     BackwardPass(ModelParameters& model, GradientSink& sink, int tokens) : model_(model), sink_(sink), N_(tokens) {}
@@ -88,9 +88,8 @@ public:
 private:
     template <typename Accumulate>
     void for_each_piece(const ParamTensor& tensor, Accumulate&& accumulate) {
-        const int piece = gradient_piece_rows(model_.layout, tensor);
-        for (int row_begin = 0; row_begin < tensor.rows; row_begin += piece) {
-            const int row_end = std::min(tensor.rows, row_begin + piece);
+        for (int row_begin = 0; row_begin < tensor.rows; row_begin += tensor.piece_rows) {
+            const int row_end = std::min(tensor.rows, row_begin + tensor.piece_rows);
             float* g = sink_.acquire(tensor, row_begin, row_end);
             accumulate(g, row_begin, row_end);
             sink_.release(tensor, row_begin, row_end);

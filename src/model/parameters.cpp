@@ -1,8 +1,9 @@
 #include "model/parameters.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/error.h"
-#include "core/rng.h"
-#include "quant/ternary.h"
 
 namespace dqt {
 
@@ -16,6 +17,15 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
 namespace {
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Rows per gradient piece of the embedding or head: in steps of `unit`, so that every piece
+// starts at a multiple of kGradientPieceAlign, up to the largest block linear's size.
+int embedding_piece_rows(const ParamTensor& tensor, size_t largest_block_linear) {
+    const size_t cols = static_cast<size_t>(tensor.cols);
+    const size_t unit = kGradientPieceAlign / std::gcd(cols, kGradientPieceAlign);
+    const size_t rows = std::max(unit, largest_block_linear / cols / unit * unit);
+    return static_cast<int>(std::min(rows, static_cast<size_t>(tensor.rows)));
+}
 
 }  // namespace
 
@@ -60,6 +70,17 @@ ParamLayout make_param_layout(const ModelConfig& c, const MethodConfig& method) 
     }
     add("output_norm", 1, c.dim, TensorRole::norm);
     if (!c.tie_embeddings) add("output", c.vocab_size, c.dim, TensorRole::head);
+
+    size_t largest_block_linear = 0;
+    for (const ParamTensor& tensor : layout.tensors) {
+        if (tensor.role == TensorRole::block_linear) {
+            largest_block_linear = std::max(largest_block_linear, tensor.count());
+        }
+    }
+    for (ParamTensor& tensor : layout.tensors) {
+        const bool sliced = tensor.role == TensorRole::embedding || tensor.role == TensorRole::head;
+        tensor.piece_rows = sliced ? embedding_piece_rows(tensor, largest_block_linear) : tensor.rows;
+    }
     return layout;
 }
 
@@ -96,35 +117,6 @@ ModelParameters::ModelParameters(const ModelConfig& c, const MethodConfig& m)
       codes(MemCategory::weights, layout.code_total),
       scales(MemCategory::weights, layout.tensors.size()),
       tensors(bind_tensors(c, layout)) {}
-
-void ModelParameters::initialize(uint64_t seed) {
-    for (const ParamTensor& tensor : layout.tensors) {
-        const size_t count = tensor.count();
-        if (!tensor.is_matrix()) {
-            float* w = value(tensor);
-            for (size_t i = 0; i < count; ++i) w[i] = 1.0f;
-            continue;
-        }
-        // Coded tensors draw into a temporary fp32 buffer (scratch, freed at once): the
-        // initial draw exists only until it is snapped onto the grid.
-        Array<float> draw;
-        float* w = value(tensor);
-        if (tensor.stores_codes()) {
-            draw = Array<float>(MemCategory::scratch, count);
-            w = draw.data();
-        }
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < count; ++i) w[i] = initial_draw(seed, tensor, i);
-        if (tensor.stores_codes()) {
-            scale(tensor) = absmean_code_scale(method.grid, mean_abs(w, count));
-            quantize_nearest(code(tensor), w, count, method.grid, scale(tensor));
-        }
-    }
-}
-
-float ModelParameters::initial_draw(uint64_t seed, const ParamTensor& tensor, size_t i) const {
-    return config.init_std * normal01(seed, kStreamInit, static_cast<uint32_t>(tensor.tensor_id), i);
-}
 
 void ModelParameters::read_dense(const ParamTensor& tensor, float* out) const {
     tensor.traits().read_stored(stored(tensor), tensor, 0, tensor.count(), out);

@@ -28,6 +28,7 @@ struct ParamTensor {
     size_t value_offset = 0;  // fp32-stored formats: into ModelParameters::values, in floats
     size_t code_offset = 0;   // coded formats: into ModelParameters::codes, in bytes
     int residual_bits = 0;    // coded formats: bits of the sub-grid residual the optimizer state keeps (0: none)
+    int piece_rows = 0;       // rows per gradient piece (model/gradient_sink.h)
 
     size_t count() const { return static_cast<size_t>(rows) * cols; }
     const WeightFormatTraits& traits() const { return weight_format_traits(format); }
@@ -46,6 +47,10 @@ struct ElementRange {
 // Each tensor starts on a multiple of this many floats in a whole-model gradient buffer (so
 // data-parallel shard cuts, data_parallel/shard_plan.h, fall on whole state blocks and code bytes).
 inline constexpr size_t kGradientTensorAlign = 256;
+// A gradient piece is a whole tensor, but for the embedding and the lm_head: slices no larger
+// than the largest block linear, each starting at a multiple of kGradientPieceAlign values
+// (whole 8-bit optimizer-state blocks, whole packed code bytes).
+inline constexpr size_t kGradientPieceAlign = 256;
 
 struct ParamLayout {
     std::vector<ParamTensor> tensors;
@@ -102,12 +107,6 @@ public:
     // The tensor as its weight format's reads take it (model/weight_format.h).
     StoredTensor stored(const ParamTensor& tensor) const;
 
-    // Matrices N(0, init_std) keyed on (seed, tensor id, element), norm gains 1; coded
-    // tensors are snapped once onto their grid with the absmean scale (docs/METHOD.md section 2).
-    void initialize(uint64_t seed);
-    // Element i of a matrix's initial draw, N(0, init_std) keyed on (seed, tensor id, i): what
-    // initialize() stores (fp formats) or snaps onto the grid (coded ones).
-    float initial_draw(uint64_t seed, const ParamTensor& tensor, size_t i) const;
     // out (count) = the tensor's stored value as real numbers: its fp32 values, or q / scale.
     void read_dense(const ParamTensor& tensor, float* out) const;
 };

@@ -8,7 +8,6 @@
 #include "kernels/gemm.h"
 #include "kernels/int8_rows.h"
 #include "kernels/linear.h"
-#include "model/gradient_sink.h"
 #include "quant/activation_quant.h"
 #include "quant/bf16.h"
 #include "quant/codes.h"
@@ -63,9 +62,7 @@ namespace {
 
 // Rows per slice in which a weight is read: a quantized embedding-sized weight in
 // gradient-piece slices (its dense copy would be as large as an fp32 weight), others whole.
-int read_slice_rows(const ModelParameters& model, const ParamTensor& weight) {
-    return weight.quantized() ? gradient_piece_rows(model.layout, weight) : weight.rows;
-}
+int read_slice_rows(const ParamTensor& weight) { return weight.quantized() ? weight.piece_rows : weight.rows; }
 
 // Rows [row_begin, row_end) of a quantized weight's integer codes q, as floats in scratch.
 Array<float> integer_weight_rows(const ModelParameters& model, const ParamTensor& weight, float weight_scale,
@@ -101,7 +98,7 @@ void weight_linear_forward(const ModelParameters& model, const ParamTensor& weig
     }
     require(in.quantized(), "weight_linear_forward: the input of " + weight.name + " was prepared for an fp weight");
     const float weight_scale = weight.traits().weight_scale(model.stored(weight), weight);
-    const int slice = read_slice_rows(model, weight);
+    const int slice = read_slice_rows(weight);
     for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
         const int row_end = std::min(weight.rows, row_begin + slice);
         const Array<float> q = integer_weight_rows(model, weight, weight_scale, row_begin, row_end);
@@ -137,7 +134,7 @@ private:
 void weight_linear_backward_input(const ModelParameters& model, const ParamTensor& weight, float* din,
                                   const float* dout, int rows) {
     const BackwardOperand d(model, dout, static_cast<size_t>(rows) * weight.rows);
-    const int slice = read_slice_rows(model, weight);
+    const int slice = read_slice_rows(weight);
     for (int row_begin = 0; row_begin < weight.rows; row_begin += slice) {
         const int row_end = std::min(weight.rows, row_begin + slice);
         const DenseWeight w(model, weight, row_begin, row_end);

@@ -52,7 +52,7 @@ private:
 };
 
 // out (rows, weight.rows) = in (rows, weight.cols) · W^T. A quantized embedding-sized weight
-// (the lm_head) is read in slices of gradient_piece_rows, so its dense copy stays small.
+// (the lm_head) is read in slices of its gradient pieces, so its dense copy stays small.
 void weight_linear_forward(const ModelParameters& model, const ParamTensor& weight, float* out, const LinearInput& in,
                            int rows);
 

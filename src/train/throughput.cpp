@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/rng.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "train/training_step.h"
 
@@ -13,7 +14,7 @@ ThroughputResult measure_training_throughput(const ThroughputSetup& setup) {
     config.validate();
     setup.method.validate();
     ModelParameters model(config, setup.method);
-    model.initialize(1);
+    initialize_parameters(model, 1);
     OptimizerState state(model.layout, setup.optim_state);
     TrainingStep training_step(model, state, AdamWConfig{}, 1.0f, setup.fused_update, 1, 1);
     Activations acts(config, setup.batch, config.seq_len);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "data_parallel/sharded_state.h"
+#include "model/initialization.h"
 #include "model/weight_transfer.h"
 #include "optim/dqt_update.h"
 
@@ -25,12 +26,13 @@ TrainingState::TrainingState(const TrainOptions& options, const Tokenizer& token
         if (initial) {
             transfer_weights(*initial, model);
         } else {
-            model.initialize(options.seed);
+            initialize_parameters(model, options.seed);
         }
         start_all_residuals(initial);
     }
+    const StepGroup group{comm, plan, options.compression};
     step.emplace(model, optimizer, options.adam, options.grad_clip, options.fused_update, options.seed,
-                 options.grad_accum, comm, plan, options.compression);
+                 options.grad_accum, &group);
     if (resume &&
         !load_communication_state(checkpoint_path, plan, comm.rank(), step->gradient_residual(), step->weight_master())) {
         residual_note = "the checkpoint holds no gradient residuals of " + std::to_string(comm.size()) +
@@ -54,7 +56,9 @@ void TrainingState::start_all_residuals(const ModelParameters* initial) {
             const ParamTensor& source = initial->layout.tensors[static_cast<size_t>(tensor.tensor_id)];
             source.traits().read_stored(initial->stored(source), source, moments.first, moments.count, real.data());
         } else {
-            for (size_t i = 0; i < moments.count; ++i) real[i] = model.initial_draw(options_.seed, tensor, moments.first + i);
+            for (size_t i = 0; i < moments.count; ++i) {
+                real[i] = initial_draw(model.config, options_.seed, tensor, moments.first + i);
+            }
         }
         start_residuals(real.data(), moments.count, model.scale(tensor), model.method.grid, tensor.residual_bits,
                         model.method.residual_overhang, model.code(tensor), moments.first, moments.residual.data());

@@ -9,38 +9,29 @@
 namespace dqt {
 
 TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                           bool fused_update, uint64_t seed, int micro_batches)
+                           bool fused_update, uint64_t seed, int micro_batches, const StepGroup* group)
     : model_(model), state_(state), adam_(adam), grad_clip_(grad_clip), seed_(seed), leaves_(micro_batches) {
-    if (fused_update) {
-        require(micro_batches == 1, "fused updates take one micro-batch per step");
-        fused_.emplace(model, state, adam, seed);
-    } else {
-        accumulator_.emplace(model, 0, micro_batches);
+    const int ranks = group ? group->comm.size() : 1;
+    if (group) {
+        require(group->plan.ranks == ranks, "internal error: shard plan for " + std::to_string(group->plan.ranks) +
+                                                " ranks in a group of " + std::to_string(ranks));
     }
-}
-
-TrainingStep::TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                           bool fused_update, uint64_t seed, int micro_batches, Communicator& comm,
-                           const ShardPlan& plan, const CommCompression& compression)
-    : model_(model), state_(state), adam_(adam), grad_clip_(grad_clip), seed_(seed), leaves_(micro_batches) {
-    require(plan.ranks == comm.size(), "internal error: shard plan for " + std::to_string(plan.ranks) +
-                                           " ranks in a group of " + std::to_string(comm.size()));
-    require(micro_batches % comm.size() == 0,
-            std::to_string(micro_batches) + " micro-batches per step cannot be shared by " +
-                std::to_string(comm.size()) + " ranks: --grad-accum must be a multiple of the rank count");
+    require(micro_batches % ranks == 0, std::to_string(micro_batches) + " micro-batches per step cannot be shared by " +
+                                            std::to_string(ranks) +
+                                            " ranks: --grad-accum must be a multiple of the rank count");
     if (fused_update) {
-        require(comm.size() == 1, "--fused-update runs on one rank: it updates each weight inside the backward "
-                                  "pass, before the other ranks' gradients could arrive");
+        require(ranks == 1, "--fused-update runs on one rank: it updates each weight inside the backward "
+                            "pass, before the other ranks' gradients could arrive");
         require(micro_batches == 1, "fused updates take one micro-batch per step");
         fused_.emplace(model, state, adam, seed);
         return;
     }
-    leaves_ = micro_batches / comm.size();
-    first_micro_ = comm.rank() * leaves_;
+    leaves_ = micro_batches / ranks;
+    first_micro_ = group ? group->comm.rank() * leaves_ : 0;
     accumulator_.emplace(model, first_micro_, leaves_);
-    if (comm.size() == 1) return;
+    if (ranks == 1) return;
     data_parallel_ = std::make_unique<DataParallelStep>(model, state, adam, grad_clip, seed, *accumulator_, leaves_,
-                                                        comm, plan, compression);
+                                                        group->comm, group->plan, group->compression);
 }
 
 TrainingStep::~TrainingStep() = default;

@@ -25,16 +25,20 @@ struct CommCompression;
 struct ShardPlan;
 class DataParallelStep;
 
+// The ranks a step is shared by under mpirun: the plan cut for comm.size() ranks.
+struct StepGroup {
+    Communicator& comm;
+    const ShardPlan& plan;
+    const CommCompression& compression;
+};
+
 class TrainingStep {
 public:
-    // One process: micro_batches M per step. Fused updates take one micro-batch.
+    // micro_batches M per step (fused updates take one), all on this process, or with a group
+    // of several ranks M / ranks on each (M a multiple of the rank count; state then holds
+    // this rank's share of the plan).
     TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                 bool fused_update, uint64_t seed, int micro_batches);
-    // Data-parallel over the ranks of `comm` (one rank gives the step above): M a multiple of
-    // comm.size(); plan cut for comm.size() ranks, and state holding this rank's share of it.
-    TrainingStep(ModelParameters& model, OptimizerState& state, const AdamWConfig& adam, float grad_clip,
-                 bool fused_update, uint64_t seed, int micro_batches, Communicator& comm, const ShardPlan& plan,
-                 const CommCompression& compression);
+                 bool fused_update, uint64_t seed, int micro_batches, const StepGroup* group = nullptr);
     ~TrainingStep();
 
     struct Result {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_test_support.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 #include "train/training_step.h"
 #include "train/device_step.h"
@@ -67,7 +68,7 @@ TEST_F(GpuTrainStep, TheMemoryPlanIsWhatTheStepAllocates) {
         TrainOptions options = small_options(label);
         options.recompute = recompute;
         ModelParameters model(options.model, options.method);
-        model.initialize(test_seed());
+        initialize_parameters(model, test_seed());
         const OptimizerState state(model.layout, options.optim_state);
         const DeviceMemoryPlan plan = plan_device_memory(model, state, options);
         int64_t before[kMemCategoryCount];
@@ -85,7 +86,7 @@ TEST_F(GpuTrainStep, APlanBeyondTheDeviceIsOneLineAndAllocatesNothing) {
     options.batch = 1 << 18;  // 16.8M tokens a micro-batch: over 250 GiB of activations
     options.model.seq_len = 64;
     ModelParameters model(options.model, options.method);
-    model.initialize(test_seed());
+    initialize_parameters(model, test_seed());
     const OptimizerState state(model.layout, options.optim_state);
     const int64_t before = device_live_bytes(MemCategory::weights);
     try {
@@ -111,10 +112,10 @@ TEST_F(GpuTrainStep, StepsThroughTheInterfaceFollowTheCpu) {
         const TrainOptions options = small_options(label);
         const int N = options.batch * options.model.seq_len;
         ModelParameters cpu_model(options.model, options.method);
-        cpu_model.initialize(test_seed());
+        initialize_parameters(cpu_model, test_seed());
         OptimizerState cpu_state(cpu_model.layout, options.optim_state);
         ModelParameters gpu_model(options.model, options.method);
-        gpu_model.initialize(test_seed());
+        initialize_parameters(gpu_model, test_seed());
         OptimizerState gpu_state(gpu_model.layout, options.optim_state);
         const std::unique_ptr<DeviceStep> device = make_cuda_step(gpu_model, gpu_state, options);
         TrainingStep cpu_step(cpu_model, cpu_state, options.adam, options.grad_clip, false, options.seed,
@@ -176,8 +177,8 @@ TEST_F(GpuTrainStep, TheSameStepsTwiceWriteTheSameBits) {
             device->copy_to_host(model, state);
         };
         ModelParameters first(options.model, options.method), second(options.model, options.method);
-        first.initialize(test_seed());
-        second.initialize(test_seed());
+        initialize_parameters(first, test_seed());
+        initialize_parameters(second, test_seed());
         OptimizerState first_state(first.layout, options.optim_state), second_state(second.layout, options.optim_state);
         three_steps(first, first_state);
         three_steps(second, second_state);

@@ -21,6 +21,7 @@
 #include "../gradient_buffer.h"
 #include "cuda/training_pass.h"
 #include "cuda_test_support.h"
+#include "model/initialization.h"
 #include "model/llama.h"
 
 using namespace dqt;
@@ -105,7 +106,7 @@ TEST_F(GpuTraining, LossAndGradientsMatchTheCpu) {
             std::mt19937_64 rng(test_seed());
             const ModelConfig config = small_config(tied);
             ModelParameters host(config, method_of(label));
-            host.initialize(test_seed());
+            initialize_parameters(host, test_seed());
             const Batch batch = random_batch(rng, N, config.vocab_size);
 
             Activations acts(config, B, T);
@@ -159,7 +160,7 @@ TEST_F(GpuTraining, RecomputedLayersGiveTheSavedPassBitForBit) {
             ModelConfig config = small_config(false);
             config.subln = subln;
             ModelParameters host(config, method_of(label));
-            host.initialize(test_seed());
+            initialize_parameters(host, test_seed());
             const Batch batch = random_batch(rng, N, config.vocab_size);
             DeviceModel device(host);
             TrainingPass pass(device);
@@ -188,7 +189,7 @@ TEST_F(GpuTraining, LogitsInRowChunksGiveTheWholeMatrixsLossAndGradients) {
         std::mt19937_64 rng(test_seed());
         const ModelConfig config = small_config(false);
         ModelParameters host(config, method_of(label));
-        host.initialize(test_seed());
+        initialize_parameters(host, test_seed());
         const Batch batch = random_batch(rng, N, config.vocab_size);
         DeviceModel device(host);
         TrainingPass pass(device);
@@ -217,7 +218,7 @@ TEST_F(GpuTraining, AnOptimizerStepFromTheSameGradientsMatchesTheCpuBitForBit) {
             std::mt19937_64 rng(test_seed());
             const ModelConfig config = small_config(false);
             ModelParameters host(config, method_of(label));
-            host.initialize(test_seed());
+            initialize_parameters(host, test_seed());
             GradientBuffer gradients(host.layout);
             std::normal_distribution<float> normal(0.0f, 1e-2f);
             for (size_t i = 0; i < host.layout.total; ++i) gradients.values()[i] = normal(rng);
@@ -255,7 +256,7 @@ TEST_F(GpuTraining, StepsOnTheGpuLearnABatch) {
         std::mt19937_64 rng(test_seed());
         const ModelConfig config = small_config(false);
         ModelParameters host(config, method_of(label));
-        host.initialize(test_seed());
+        initialize_parameters(host, test_seed());
         const Batch batch = random_batch(rng, N, config.vocab_size);
         DeviceModel device(host);
         DeviceActivations acts(config, B, T);
