@@ -384,18 +384,32 @@ TEST(DataParallelRun, OtherCommandsRefuseSeveralRanks) {
     EXPECT_NE(result.output.find("only `dqt train` runs on several MPI ranks"), std::string::npos) << result.output;
 }
 
-// The rank-1 process among mpirun's children (Open MPI puts the rank in their environment).
+// A /proc file of a process that may exit while it is read: empty then (the read fails with
+// ESRCH, which libstdc++'s file buffer throws as ios_base::failure).
+std::string read_proc_file(const std::string& path) {
+    try {
+        return read_bytes(path);
+    } catch (const std::ios_base::failure&) {
+        return "";
+    }
+}
+
+// The rank-`rank` process among mpirun's children (Open MPI puts the rank in their environment).
 pid_t find_rank_process(pid_t mpirun_pid, int rank) {
     const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
         const std::string name = entry.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::istringstream stat(read_bytes(entry.path().string() + "/stat"));
-        std::string pid, command, state;
+        // "pid (command) state parent ...": the command may hold spaces, so parse after its ')'.
+        const std::string stat = read_proc_file(entry.path().string() + "/stat");
+        const size_t command_end = stat.rfind(')');
+        if (command_end == std::string::npos) continue;
+        std::istringstream fields(stat.substr(command_end + 1));
+        std::string state;
         pid_t parent = 0;
-        stat >> pid >> command >> state >> parent;
+        fields >> state >> parent;
         if (parent != mpirun_pid) continue;
-        const std::string environment = read_bytes(entry.path().string() + "/environ");
+        const std::string environment = read_proc_file(entry.path().string() + "/environ");
         if (environment.find(wanted + '\0') != std::string::npos) return std::stoi(name);
     }
     return 0;
