@@ -71,9 +71,14 @@ void add_generate_command(CLI::App& app) {
                           },
                           args->stop);
         std::printf("\n");
-        std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
-                     result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
-                     model.kernels_label().c_str());
+        if (result.tokens_per_second > 0) {
+            std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
+                         result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
+                         model.kernels_label().c_str());
+        } else {  // the one new token came from the prompt's logits: no decode pass to time
+            std::fprintf(stderr, "%d prompt tokens, %d generated (kernels: %s)\n", result.prompt_tokens,
+                         result.generated_tokens, model.kernels_label().c_str());
+        }
         if (result.finish_reason == FinishReason::context)
             std::fprintf(stderr, "stopped at the model's context of %d tokens, before the %d asked for with --tokens\n",
                          model.config.seq_len, args->tokens);

@@ -550,6 +550,11 @@ TEST(Cli, ExportWritesAGgufThatEvalAndGenerateRead) {
     const CommandResult prompt_only = run_dqt("generate " + gguf + " --tokens 0 --prompt abc");
     EXPECT_EQ(prompt_only.exit_code, 0) << prompt_only.output;
     EXPECT_NE(prompt_only.output.find("3 prompt tokens, 0 generated"), std::string::npos) << prompt_only.output;
+    // One new token comes from the prompt's logits: no decode pass ran, so no speed is claimed.
+    const CommandResult one_token = run_dqt("generate " + gguf + " --tokens 1 --prompt abc");
+    EXPECT_EQ(one_token.exit_code, 0) << one_token.output;
+    EXPECT_NE(one_token.output.find("3 prompt tokens, 1 generated (kernels"), std::string::npos) << one_token.output;
+    EXPECT_NE(generated.output.find("5 generated at "), std::string::npos) << generated.output;
 
     expect_one_line_error(run_dqt("export " + run + "/checkpoint.dqt --format onnx"), "unknown --format 'onnx'");
     // Export never overwrites its input (it did: a GGUF replaced the training checkpoint).

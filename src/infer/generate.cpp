@@ -42,7 +42,10 @@ GenerationResult generate_text(const InferenceModel& model, const Tokenizer& tok
     result.text = generation.text();
     result.generated_tokens = generation.generated_tokens();
     result.finish_reason = generation.reason();
-    result.tokens_per_second = seconds > 0 ? result.generated_tokens / seconds : 0.0;
+    // The first new token is sampled from the prompt's logits; each later one costs a decode
+    // pass, and those passes are what the speed counts (none: no speed).
+    const int decode_passes = std::max(result.generated_tokens - 1, 0);
+    result.tokens_per_second = seconds > 0 ? decode_passes / seconds : 0.0;
     return result;
 }
 

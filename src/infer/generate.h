@@ -17,7 +17,7 @@ struct GenerationResult {
     std::string text;            // the continuation only (prompt excluded)
     int prompt_tokens = 0;
     int generated_tokens = 0;
-    double tokens_per_second = 0.0;  // decode speed of the generated tokens
+    double tokens_per_second = 0.0;  // decode passes per second (the first new token needs none); 0: none ran
     FinishReason finish_reason = FinishReason::length;
 };
 
