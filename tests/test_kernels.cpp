@@ -787,12 +787,23 @@ TEST(KernelFloat16, WideningAndExactNarrowingMatchTheReferences) {
     }
 }
 
-// The fp16 decode product (kernels/half_gemv.h) against its reference, bit for bit, on fresh
-// random rows: widths with and without a 16-element tail and an odd block count, row ranges
-// that leave rows outside the 4-row groups, and against a double-precision sum to tolerance.
+// The fp16 products' paths this CPU runs (the reference's own results are the expectation).
+std::vector<HalfIsa> supported_half_isas() {
+    std::vector<HalfIsa> isas;
+    for (const HalfIsa isa : {HalfIsa::avx2, HalfIsa::avx512})
+        if (half_isa_supported(isa)) isas.push_back(isa);
+    return isas;
+}
+
+// The fp16 decode product (kernels/half_gemv.h) on every path this CPU has against its
+// reference, bit for bit, on fresh random rows: widths with and without a 16-element tail and
+// an odd block count, row ranges that leave rows outside the 2- and 4-row groups, and against a
+// double-precision sum to tolerance.
 TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
     std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
     std::normal_distribution<float> normal(0.0f, 1.0f);
+    if (supported_half_isas().empty()) GTEST_SKIP() << "no AVX2 with FMA and F16C: only the reference runs here";
+    for (const HalfIsa isa : supported_half_isas())
     for (const int cols : {16, 40, 48, 2560, 2567}) {
         const int rows = 11;
         std::vector<float> x(static_cast<size_t>(cols));
@@ -800,9 +811,10 @@ TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
         std::vector<Float16> w(static_cast<size_t>(rows) * cols);
         for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
         for (const auto& [first, last] : {std::pair{0, rows}, std::pair{3, 10}, std::pair{5, 6}}) {
-            SCOPED_TRACE(std::to_string(cols) + " columns, rows " + std::to_string(first) + ".." + std::to_string(last));
+            SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(cols) + " columns, rows " +
+                         std::to_string(first) + ".." + std::to_string(last));
             std::vector<float> fast(static_cast<size_t>(rows), -1.0f), slow(static_cast<size_t>(rows), -1.0f);
-            half_gemv_rows(x.data(), w.data(), cols, fast.data(), first, last);
+            half_gemv_rows(x.data(), w.data(), cols, fast.data(), first, last, isa);
             half_gemv_rows_reference(x.data(), w.data(), cols, slow.data(), first, last);
             EXPECT_EQ(fast, slow);
             for (int j = 0; j < rows; ++j) {
@@ -822,24 +834,26 @@ TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
 }
 
 // The batched fp16 product gives every activation row the single-row kernel's result bit for
-// bit (and so the reference's), for 1 to 19 rows (groups of 8 and the remainders), into a
-// wider output whose other columns it leaves alone.
+// bit (and so the reference's), on every path this CPU has, for 1 to 19 rows (groups of 8 or 3
+// and the remainders), into a wider output whose other columns it leaves alone.
 TEST(KernelHalfGemv, BatchedRowsEachGetTheSingleRowResultBitForBit) {
     std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int cols = 2567, weight_rows = 9, stride = 12, first = 2, last = 9;
     std::vector<Float16> w(static_cast<size_t>(weight_rows) * cols);
     for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
+    if (supported_half_isas().empty()) GTEST_SKIP() << "no AVX2 with FMA and F16C: only the reference runs here";
+    for (const HalfIsa isa : supported_half_isas())
     for (const int n : {1, 2, 7, 8, 9, 19}) {
-        SCOPED_TRACE(std::to_string(n) + " activation rows");
+        SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(n) + " activation rows");
         std::vector<float> x(static_cast<size_t>(n) * cols);
         for (float& v : x) v = normal(rng);
         std::vector<float> batched(static_cast<size_t>(n) * stride, -1.0f), single(batched.size(), -1.0f),
             reference(batched.size(), -1.0f);
-        half_gemm_rows(x.data(), n, w.data(), cols, batched.data(), stride, first, last);
+        half_gemm_rows(x.data(), n, w.data(), cols, batched.data(), stride, first, last, isa);
         for (int i = 0; i < n; ++i) {
             const float* xi = x.data() + static_cast<size_t>(i) * cols;
-            half_gemv_rows(xi, w.data(), cols, single.data() + static_cast<size_t>(i) * stride, first, last);
+            half_gemv_rows(xi, w.data(), cols, single.data() + static_cast<size_t>(i) * stride, first, last, isa);
             half_gemv_rows_reference(xi, w.data(), cols, reference.data() + static_cast<size_t>(i) * stride, first, last);
         }
         EXPECT_EQ(batched, single);
