@@ -797,7 +797,7 @@ std::vector<HalfIsa> supported_half_isas() {
 
 // The fp16 decode product (kernels/half_gemv.h) on every path this CPU has against its
 // reference, bit for bit, on fresh random rows: widths with and without a 16-element tail and
-// an odd block count, row ranges that leave rows outside the 2- and 4-row groups, and against a
+// an odd block count, row ranges that leave rows outside the AVX-512 path's 4-row groups, and against a
 // double-precision sum to tolerance.
 TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
     std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));

@@ -152,45 +152,12 @@ DQT_AVX2_F16C inline float sum_sets16(Lanes16 even, Lanes16 odd) {
     return sum_eight_lanes(_mm256_add_ps(_mm256_add_ps(even.low, odd.low), _mm256_add_ps(even.high, odd.high)));
 }
 
-// 2 rows x 2 sets x 2 registers: 8 FMA chains, and room in AVX2's 16 registers for the
-// activations' four.
-constexpr int kRowsAtOnceAvx2 = 2;
+// Each weight row's stream is prefetched into L2 this far ahead. One row at a time with it, the
+// 2B4T head's product read 82-85% of a Zen 3's read limit from memory, against 73-76% without it
+// and 69% two rows at a time (bench_half_gemv, docs/results.md).
+constexpr int kPrefetchBytesAvx2 = 1024;
 
-DQT_AVX2_F16C void half_gemv_rows_avx2(const float* x, const Float16* weights, int cols, float* out, int first_row,
-                                       int last_row) {
-    const int blocks = cols / kLanes, whole = blocks * kLanes;
-    int row = first_row;
-    for (; row + kRowsAtOnceAvx2 <= last_row; row += kRowsAtOnceAvx2) {
-        const Float16* w[kRowsAtOnceAvx2];
-        Lanes16 even[kRowsAtOnceAvx2], odd[kRowsAtOnceAvx2];
-        for (int r = 0; r < kRowsAtOnceAvx2; ++r) {
-            w[r] = weights + static_cast<size_t>(row + r) * cols;
-            even[r] = zero_lanes16();
-            odd[r] = zero_lanes16();
-        }
-        int b = 0;
-        for (; b + 2 <= blocks; b += 2) {
-            const Lanes16 x0 = load_lanes16(x + b * kLanes), x1 = load_lanes16(x + (b + 1) * kLanes);
-            for (int r = 0; r < kRowsAtOnceAvx2; ++r) {
-                even[r] = fmadd_lanes16(x0, load_half_lanes16(w[r] + b * kLanes), even[r]);
-                odd[r] = fmadd_lanes16(x1, load_half_lanes16(w[r] + (b + 1) * kLanes), odd[r]);
-            }
-        }
-        if (b < blocks) {
-            const Lanes16 x0 = load_lanes16(x + b * kLanes);
-            for (int r = 0; r < kRowsAtOnceAvx2; ++r)
-                even[r] = fmadd_lanes16(x0, load_half_lanes16(w[r] + b * kLanes), even[r]);
-        }
-        for (int r = 0; r < kRowsAtOnceAvx2; ++r) {
-            float total = sum_sets16(even[r], odd[r]);
-            for (int k = whole; k < cols; ++k) total = std::fma(x[k], static_cast<float>(w[r][k]), total);
-            out[row + r] = total;
-        }
-    }
-    if (row < last_row) half_gemv_rows_reference(x, weights, cols, out, row, last_row);
-}
-
-// M activation rows times one weight row, as rows_times_weight_row.
+// M activation rows (x_stride apart) times one weight row, as rows_times_weight_row.
 template <int M>
 DQT_AVX2_F16C void rows_times_weight_row_avx2(const float* x, int x_stride, const Float16* w, int cols, float* out,
                                               int out_stride) {
@@ -201,7 +168,8 @@ DQT_AVX2_F16C void rows_times_weight_row_avx2(const float* x, int x_stride, cons
         odd[a] = zero_lanes16();
     }
     int b = 0;
-    for (; b + 2 <= blocks; b += 2) {
+    for (; b + 2 <= blocks; b += 2) {  // 64 bytes of the row: one cache line a step
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * kLanes) + kPrefetchBytesAvx2, _MM_HINT_T1);
         const Lanes16 w0 = load_half_lanes16(w + b * kLanes), w1 = load_half_lanes16(w + (b + 1) * kLanes);
         for (int a = 0; a < M; ++a) {
             const float* xa = x + static_cast<size_t>(a) * x_stride;
@@ -220,6 +188,12 @@ DQT_AVX2_F16C void rows_times_weight_row_avx2(const float* x, int x_stride, cons
         for (int k = whole; k < cols; ++k) total = std::fma(xa[k], static_cast<float>(w[k]), total);
         out[static_cast<size_t>(a) * out_stride] = total;
     }
+}
+
+DQT_AVX2_F16C void half_gemv_rows_avx2(const float* x, const Float16* weights, int cols, float* out, int first_row,
+                                       int last_row) {
+    for (int row = first_row; row < last_row; ++row)
+        rows_times_weight_row_avx2<1>(x, cols, weights + static_cast<size_t>(row) * cols, cols, out + row, 1);
 }
 
 constexpr int kBatchRowsAtOnceAvx2 = 3;  // 12 accumulator registers and the weights' four
