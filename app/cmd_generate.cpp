@@ -75,7 +75,7 @@ void add_generate_command(CLI::App& app) {
             std::fprintf(stderr, "%d prompt tokens, %d generated at %.1f tokens/s (kernels: %s)\n",
                          result.prompt_tokens, result.generated_tokens, result.tokens_per_second,
                          model.kernels_label().c_str());
-        } else {  // the one new token came from the prompt's logits: no decode pass to time
+        } else {  // at most one new token, from the prompt's logits: no decode pass to time
             std::fprintf(stderr, "%d prompt tokens, %d generated (kernels: %s)\n", result.prompt_tokens,
                          result.generated_tokens, model.kernels_label().c_str());
         }
