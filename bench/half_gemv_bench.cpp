@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,23 +40,23 @@ Options parse(int argc, char** argv) {
     Options options;
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
-        if (i + 1 >= argc) {
-            std::fprintf(stderr, "bench_half_gemv: %s needs a value\n", flag.c_str());
-            std::exit(2);
-        }
-        const int value = std::atoi(argv[++i]);
-        if (value <= 0) {
-            std::fprintf(stderr, "bench_half_gemv: %s needs a positive integer\n", flag.c_str());
-            std::exit(2);
-        }
-        if (flag == "--rows") options.rows = value;
-        else if (flag == "--cols") options.cols = value;
-        else if (flag == "--threads") options.threads = value;
-        else if (flag == "--passes") options.passes = value;
-        else {
+        int* target = flag == "--rows"      ? &options.rows
+                      : flag == "--cols"    ? &options.cols
+                      : flag == "--threads" ? &options.threads
+                      : flag == "--passes"  ? &options.passes
+                                            : nullptr;
+        if (target == nullptr) {
             std::fprintf(stderr, "bench_half_gemv: unknown flag %s (--rows, --cols, --threads, --passes)\n", flag.c_str());
             std::exit(2);
         }
+        char* end = nullptr;
+        const long value = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+        if (i + 1 >= argc || *end != '\0' || value <= 0 || value > 1000000000) {
+            std::fprintf(stderr, "bench_half_gemv: %s needs a positive integer up to 10^9\n", flag.c_str());
+            std::exit(2);
+        }
+        *target = static_cast<int>(value);
+        ++i;
     }
     return options;
 }
@@ -79,8 +80,7 @@ double timed_pass(const Options& o, const float* x, const dqt::Float16* w, float
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+int run(const Options& o) {
     omp_set_num_threads(o.threads);
     const size_t count = static_cast<size_t>(o.rows) * o.cols;
     std::vector<dqt::Float16> weights(count);
@@ -120,4 +120,15 @@ int main(int argc, char** argv) {
                     limit.bytes_per_second() / 1e9);
     }
     return 0;
+}
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    try {
+        return run(o);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "bench_half_gemv: %d x %d fp16 weights do not fit in memory: lower --rows or --cols\n",
+                     o.rows, o.cols);
+        return 1;
+    }
 }

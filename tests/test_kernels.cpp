@@ -803,31 +803,32 @@ TEST(KernelHalfGemv, MatchesTheReferenceBitForBitAndTheExactSumClosely) {
     std::mt19937 rng(static_cast<uint32_t>(dqt::testing::test_seed()));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     if (supported_half_isas().empty()) GTEST_SKIP() << "no AVX2 with FMA and F16C: only the reference runs here";
-    for (const HalfIsa isa : supported_half_isas())
-    for (const int cols : {16, 40, 48, 2560, 2567}) {
-        const int rows = 11;
-        std::vector<float> x(static_cast<size_t>(cols));
-        for (float& v : x) v = normal(rng);
-        std::vector<Float16> w(static_cast<size_t>(rows) * cols);
-        for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
-        for (const auto& [first, last] : {std::pair{0, rows}, std::pair{3, 10}, std::pair{5, 6}}) {
-            SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(cols) + " columns, rows " +
-                         std::to_string(first) + ".." + std::to_string(last));
-            std::vector<float> fast(static_cast<size_t>(rows), -1.0f), slow(static_cast<size_t>(rows), -1.0f);
-            half_gemv_rows(x.data(), w.data(), cols, fast.data(), first, last, isa);
-            half_gemv_rows_reference(x.data(), w.data(), cols, slow.data(), first, last);
-            EXPECT_EQ(fast, slow);
-            for (int j = 0; j < rows; ++j) {
-                if (j < first || j >= last) {
-                    EXPECT_EQ(fast[j], -1.0f);  // rows outside the range are not written
-                    continue;
+    for (const HalfIsa isa : supported_half_isas()) {
+        for (const int cols : {16, 40, 48, 2560, 2567}) {
+            const int rows = 11;
+            std::vector<float> x(static_cast<size_t>(cols));
+            for (float& v : x) v = normal(rng);
+            std::vector<Float16> w(static_cast<size_t>(rows) * cols);
+            for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
+            for (const auto& [first, last] : {std::pair{0, rows}, std::pair{3, 10}, std::pair{5, 6}}) {
+                SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(cols) + " columns, rows " +
+                             std::to_string(first) + ".." + std::to_string(last));
+                std::vector<float> fast(static_cast<size_t>(rows), -1.0f), slow(static_cast<size_t>(rows), -1.0f);
+                half_gemv_rows(x.data(), w.data(), cols, fast.data(), first, last, isa);
+                half_gemv_rows_reference(x.data(), w.data(), cols, slow.data(), first, last);
+                EXPECT_EQ(fast, slow);
+                for (int j = 0; j < rows; ++j) {
+                    if (j < first || j >= last) {
+                        EXPECT_EQ(fast[j], -1.0f);  // rows outside the range are not written
+                        continue;
+                    }
+                    double exact = 0.0, magnitude = 0.0;
+                    for (int k = 0; k < cols; ++k) {
+                        exact += static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]);
+                        magnitude += std::fabs(static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]));
+                    }
+                    EXPECT_NEAR(fast[j], exact, 1e-5 * magnitude);  // fp32 sums of 2,567 terms
                 }
-                double exact = 0.0, magnitude = 0.0;
-                for (int k = 0; k < cols; ++k) {
-                    exact += static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]);
-                    magnitude += std::fabs(static_cast<double>(x[k]) * static_cast<float>(w[static_cast<size_t>(j) * cols + k]));
-                }
-                EXPECT_NEAR(fast[j], exact, 1e-5 * magnitude);  // fp32 sums of 2,567 terms
             }
         }
     }
@@ -843,22 +844,23 @@ TEST(KernelHalfGemv, BatchedRowsEachGetTheSingleRowResultBitForBit) {
     std::vector<Float16> w(static_cast<size_t>(weight_rows) * cols);
     for (Float16& v : w) v = static_cast<Float16>(0.05f * normal(rng));
     if (supported_half_isas().empty()) GTEST_SKIP() << "no AVX2 with FMA and F16C: only the reference runs here";
-    for (const HalfIsa isa : supported_half_isas())
-    for (const int n : {1, 2, 7, 8, 9, 19}) {
-        SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(n) + " activation rows");
-        std::vector<float> x(static_cast<size_t>(n) * cols);
-        for (float& v : x) v = normal(rng);
-        std::vector<float> batched(static_cast<size_t>(n) * stride, -1.0f), single(batched.size(), -1.0f),
-            reference(batched.size(), -1.0f);
-        half_gemm_rows(x.data(), n, w.data(), cols, batched.data(), stride, first, last, isa);
-        for (int i = 0; i < n; ++i) {
-            const float* xi = x.data() + static_cast<size_t>(i) * cols;
-            half_gemv_rows(xi, w.data(), cols, single.data() + static_cast<size_t>(i) * stride, first, last, isa);
-            half_gemv_rows_reference(xi, w.data(), cols, reference.data() + static_cast<size_t>(i) * stride, first, last);
+    for (const HalfIsa isa : supported_half_isas()) {
+        for (const int n : {1, 2, 7, 8, 9, 19}) {
+            SCOPED_TRACE(std::string(half_isa_name(isa)) + ", " + std::to_string(n) + " activation rows");
+            std::vector<float> x(static_cast<size_t>(n) * cols);
+            for (float& v : x) v = normal(rng);
+            std::vector<float> batched(static_cast<size_t>(n) * stride, -1.0f), single(batched.size(), -1.0f),
+                reference(batched.size(), -1.0f);
+            half_gemm_rows(x.data(), n, w.data(), cols, batched.data(), stride, first, last, isa);
+            for (int i = 0; i < n; ++i) {
+                const float* xi = x.data() + static_cast<size_t>(i) * cols;
+                half_gemv_rows(xi, w.data(), cols, single.data() + static_cast<size_t>(i) * stride, first, last, isa);
+                half_gemv_rows_reference(xi, w.data(), cols, reference.data() + static_cast<size_t>(i) * stride, first, last);
+            }
+            EXPECT_EQ(batched, single);
+            EXPECT_EQ(batched, reference);
+            EXPECT_EQ(batched[0], -1.0f);                // column 0 is outside the rows asked for
+            EXPECT_EQ(batched[stride - 1], -1.0f);       // and so is every column past the weight rows
         }
-        EXPECT_EQ(batched, single);
-        EXPECT_EQ(batched, reference);
-        EXPECT_EQ(batched[0], -1.0f);                // column 0 is outside the rows asked for
-        EXPECT_EQ(batched[stride - 1], -1.0f);       // and so is every column past the weight rows
     }
 }
