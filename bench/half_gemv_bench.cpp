@@ -38,7 +38,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
     Options options;
-    for (int i = 1; i < argc; ++i) {
+    for (int i = 1; i < argc; i += 2) {  // each flag, then its value
         const std::string flag = argv[i];
         int* target = flag == "--rows"      ? &options.rows
                       : flag == "--cols"    ? &options.cols
@@ -56,7 +56,6 @@ Options parse(int argc, char** argv) {
             std::exit(2);
         }
         *target = static_cast<int>(value);
-        ++i;
     }
     return options;
 }
