@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -754,8 +755,25 @@ TEST(KernelVecmath, ExpMatchesStdExp) {
     EXPECT_LT(exp_f32(-INFINITY), 1e-37f);
     EXPECT_LT(exp_f32(-1000.0f), 1e-37f);
     EXPECT_GT(exp_f32(INFINITY), 1e38f);
-    EXPECT_TRUE(std::isnan(exp_f32(NAN)));
-    EXPECT_TRUE(std::isnan(exp_f32(-NAN)));
+    EXPECT_EQ(exp_f32(88.5f), exp_f32(88.0f));
+    EXPECT_EQ(exp_f32(-86.5f), exp_f32(-86.0f));
+    EXPECT_LT(exp_f32(87.9f), exp_f32(88.0f));
+    EXPECT_GT(exp_f32(-85.9f), exp_f32(-86.0f));
+    // NaN in, the same NaN out (payload and sign).
+    for (const uint32_t nan_bits : {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xffffffffu})
+        EXPECT_EQ(std::bit_cast<uint32_t>(exp_f32(std::bit_cast<float>(nan_bits))), nan_bits);
+}
+
+// max_zero_f32 is std::max(x, 0.0f) bit for bit: on every 4,099th bit pattern (about a million,
+// across every sign, exponent and NaN) and on the edges.
+TEST(KernelVecmath, MaxZeroIsStdMaxBitForBit) {
+    std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x7f800000u,
+                                      0xff800000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0xffffffffu};
+    for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 4099) patterns.push_back(static_cast<uint32_t>(bits));
+    for (const uint32_t bits : patterns) {
+        const float x = std::bit_cast<float>(bits);
+        ASSERT_EQ(std::bit_cast<uint32_t>(max_zero_f32(x)), std::bit_cast<uint32_t>(std::max(x, 0.0f))) << std::hex << bits;
+    }
 }
 
 // fp16 <-> fp32 (kernels/float16_widen.h): the vector paths against the per-value references on

@@ -31,7 +31,7 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dh, const floa
 DQT_TARGET_CLONES
 void relu2_glu_forward_range(float* h, const float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-        const float r = std::max(gate[i], 0.0f);
+        const float r = max_zero_f32(gate[i]);
         h[i] = r * r * up[i];
     }
 }
@@ -39,7 +39,7 @@ void relu2_glu_forward_range(float* h, const float* gate, const float* up, int64
 DQT_TARGET_CLONES
 void relu2_glu_backward_range(float* dgate, float* dup, const float* dh, const float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-        const float r = std::max(gate[i], 0.0f);
+        const float r = max_zero_f32(gate[i]);
         dgate[i] += dh[i] * up[i] * 2.0f * r;  // d max(g, 0)^2 / dg = 2 max(g, 0)
         dup[i] += dh[i] * r * r;
     }
