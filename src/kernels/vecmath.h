@@ -144,9 +144,10 @@ inline float exp_f32(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    // Multiply by 2^n by adding n to the exponent field.
-    const int32_t scaled = std::bit_cast<int32_t>(p) + static_cast<int32_t>(static_cast<uint32_t>(n_bits) << 23);
-    return std::bit_cast<float>((bits & is_nan) | (scaled & ~is_nan));  // NaN in, the same NaN out
+    // Multiply by 2^n by adding n to the exponent field (unsigned: for a NaN the sum wraps, and
+    // the mask below drops it).
+    const uint32_t scaled = std::bit_cast<uint32_t>(p) + (static_cast<uint32_t>(n_bits) << 23);
+    return std::bit_cast<float>((bits & is_nan) | (static_cast<int32_t>(scaled) & ~is_nan));  // NaN in, the same NaN out
 }
 
 }  // namespace dqt
