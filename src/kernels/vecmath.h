@@ -125,7 +125,7 @@ inline float exp_f32(float x) {
     const int32_t bits = std::bit_cast<int32_t>(x);
     const int32_t sign = bits & INT32_MIN;
     const int32_t magnitude = bits & INT32_MAX;
-    const int32_t limit = 0x42b00000 - ((bits >> 31) & 0x40000);  // 88.0f, or -86.0f: keeps 2^n normal
+    const int32_t limit = 0x42b00000 - ((bits >> 31) & 0x40000);  // 88.0f, or 86.0f for a negative x: keeps 2^n normal
     const int32_t is_nan = -static_cast<int32_t>(magnitude > 0x7f800000);  // all ones for a NaN
     x = std::bit_cast<float>((std::min(magnitude, limit) & ~is_nan) | (magnitude & is_nan) | sign);
     // x = n * ln2 + r with |r| <= ln2 / 2; adding 1.5 * 2^23 rounds to the nearest integer.
