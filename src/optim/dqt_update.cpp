@@ -20,10 +20,16 @@ using UpdateConstants = DqtStepConstants;
 // With dot (a learned scale), also adds sum g_i q_i of the old codes (optim/scale_gradient.h).
 // With r (sub-grid residuals, pointing at element first), the weight is q + r / R grid steps
 // (R = 2^residual_bits): it is rounded stochastically onto that finer grid, then split into the
-// nearest code and what remains.
-template <typename Moment>
-inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m, Moment* v, int8_t* r,
-                         size_t first, size_t last, ExactSum* dot) {
+// nearest code and what remains. Stochastic and WithResidual are k's, fixed per instantiation
+// so that the element loop has no branch. Always inlined, so that it is compiled for the
+// instruction set of the clone that calls it (a call would run the baseline x86-64 code).
+template <bool Stochastic, bool WithResidual, typename Moment>
+[[gnu::always_inline]] inline void update_range(const UpdateConstants& constants, uint8_t* codes, const float* g,
+                                               Moment* m, Moment* v, int8_t* r, size_t first, size_t last,
+                                               ExactSum* dot) {
+    // A copy that no store can reach: the residuals' int8_t stores may alias any object, so
+    // with a reference every element would reload the constants.
+    const UpdateConstants k = constants;
     constexpr size_t kBlock = 256;
     const float inv_old_scale = 1.0f / k.old_scale;
     float q[kBlock];  // codes as floats, then the new codes
@@ -31,7 +37,7 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
     for (size_t begin = first; begin < last; begin += kBlock) {
         const size_t n = std::min(kBlock, last - begin);
         for (size_t i = 0; i < n; ++i) q[i] = static_cast<float>(read_code(codes, k.grid, begin + i));
-        if (k.stochastic) {
+        if constexpr (Stochastic) {
             for (size_t i = 0; i < n; i += 4) {
                 const std::array<float, 4> draw = rounding_uniforms(k.seed, k.t, k.tensor_id, (begin + i) / 4);
                 for (size_t j = 0; j < 4; ++j) u[i + j] = draw[j];
@@ -40,23 +46,38 @@ inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* 
         const float* g_block = g + (begin - first);
         Moment* m_block = m + (begin - first);
         Moment* v_block = v + (begin - first);
-        int8_t* r_block = r ? r + (begin - first) : nullptr;
+        int8_t* r_block = WithResidual ? r + (begin - first) : nullptr;
         if (dot) {
             int64_t block_sum = 0;  // kBlock terms of at most 2^52 each fit
             for (size_t i = 0; i < n; ++i) block_sum += exact_term(static_cast<double>(g_block[i]) * q[i]);
             *dot += block_sum;
         }
-        if (r_block) {
+        if constexpr (WithResidual) {
             // Exact in float: |q R + r| < 2^24, and R is a power of two.
             for (size_t i = 0; i < n; ++i) q[i] += static_cast<float>(r_block[i]) * k.inv_residual_steps;
         }
         for (size_t i = 0; i < n; ++i) {
             float m_i = load_moment(m_block, i), v_i = load_moment(v_block, i);
-            q[i] = dqt_update_element(k, inv_old_scale, q[i], g_block[i], m_i, v_i, u[i], r_block ? &r_block[i] : nullptr);
+            q[i] = dqt_update_element_as<Stochastic, WithResidual>(k, inv_old_scale, q[i], g_block[i], m_i, v_i, u[i],
+                                                                   WithResidual ? r_block + i : nullptr);
             store_moment(m_block, i, m_i);
             store_moment(v_block, i, v_i);
         }
         for (size_t i = 0; i < n; ++i) write_code(codes, k.grid, begin + i, static_cast<int>(q[i]));
+    }
+}
+
+// One instantiation of update_range per rounding mode and residual choice, picked once a range.
+template <typename Moment>
+[[gnu::always_inline]] inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m,
+                                               Moment* v, int8_t* r, size_t first, size_t last, ExactSum* dot) {
+    const bool with_residual = k.residual_steps != 0.0f;
+    if (k.stochastic) {
+        with_residual ? update_range<true, true>(k, codes, g, m, v, r, first, last, dot)
+                      : update_range<true, false>(k, codes, g, m, v, r, first, last, dot);
+    } else {
+        with_residual ? update_range<false, true>(k, codes, g, m, v, r, first, last, dot)
+                      : update_range<false, false>(k, codes, g, m, v, r, first, last, dot);
     }
 }
 

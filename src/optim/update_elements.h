@@ -56,8 +56,11 @@ DQT_HOST_DEVICE inline float reference_rule_scale(float old_scale, int qp, int t
 // inv_old_scale = 1 / k.old_scale. Returns the new code; with residuals also sets *residual.
 // The position is clipped to [qn - H, qp + H] (H = k.overhang, 0 without a residual) and the
 // code to [qn, qp]: beyond the outer codes, r counts how far past them the weight lies.
-DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float inv_old_scale, float position,
-                                                float g, float& m, float& v, float u, int8_t* residual) {
+// Stochastic and WithResidual must be k.stochastic and k.residual_steps != 0: as template
+// arguments they leave a CPU loop over elements without branches, so it vectorises.
+template <bool Stochastic, bool WithResidual>
+DQT_HOST_DEVICE inline float dqt_update_element_as(const DqtStepConstants& k, float inv_old_scale, float position,
+                                                   float g, float& m, float& v, float u, int8_t* residual) {
     const float qn = static_cast<float>(k.grid.qn()), qp = static_cast<float>(k.grid.qp());
     m = k.b1 * m + (1.0f - k.b1) * g;
     v = k.b2 * v + (1.0f - k.b2) * g * g;
@@ -66,14 +69,29 @@ DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float
     const float lowest = qn - k.overhang, highest = qp + k.overhang;
     x = x < lowest ? lowest : x;  // clip to [qn - H, qp + H]; NaN stays NaN on both sides
     x = highest < x ? highest : x;
-    if (k.residual_steps == 0.0f) return k.stochastic ? stochastic_round(x, u) : nearest_round(x);
-    const float fine = x * k.residual_steps;  // in [(qn - H) R, (qp + H) R]
-    const float rounded = k.stochastic ? stochastic_round(fine, u) : nearest_round(fine);
-    float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
-    q = q < qn ? qn : q;  // only with an overhang can the nearest lie past the outer codes
-    q = qp < q ? qp : q;
-    *residual = static_cast<int8_t>(rounded - q * k.residual_steps);  // in [-R/2, R/2), or to H R at the ends
-    return q;
+    if constexpr (!WithResidual) {
+        return Stochastic ? stochastic_round(x, u) : nearest_round(x);
+    } else {
+        const float fine = x * k.residual_steps;  // in [(qn - H) R, (qp + H) R]
+        const float rounded = Stochastic ? stochastic_round(fine, u) : nearest_round(fine);
+        float q = floorf((rounded + 0.5f * k.residual_steps) * k.inv_residual_steps);  // nearest, ties up
+        q = q < qn ? qn : q;  // only with an overhang can the nearest lie past the outer codes
+        q = qp < q ? qp : q;
+        *residual = static_cast<int8_t>(rounded - q * k.residual_steps);  // in [-R/2, R/2), or to H R at the ends
+        return q;
+    }
+}
+
+// The same with the two choices read from k (the GPU's kernel, one element a thread).
+DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float inv_old_scale, float position,
+                                                float g, float& m, float& v, float u, int8_t* residual) {
+    const bool residual_on = k.residual_steps != 0.0f;
+    if (k.stochastic) {
+        return residual_on ? dqt_update_element_as<true, true>(k, inv_old_scale, position, g, m, v, u, residual)
+                           : dqt_update_element_as<true, false>(k, inv_old_scale, position, g, m, v, u, residual);
+    }
+    return residual_on ? dqt_update_element_as<false, true>(k, inv_old_scale, position, g, m, v, u, residual)
+                       : dqt_update_element_as<false, false>(k, inv_old_scale, position, g, m, v, u, residual);
 }
 
 }  // namespace dqt

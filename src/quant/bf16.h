@@ -10,9 +10,11 @@ namespace dqt {
 
 inline uint16_t float_to_bf16(float x) {
     const uint32_t bits = std::bit_cast<uint32_t>(x);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
     const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>((bits + rounding) >> 16);
+    const uint32_t nearest = (bits + rounding) >> 16;
+    const uint32_t quiet_nan = (bits >> 16) | 0x40;  // NaN stays NaN
+    // A select, not an early return, so loops converting moments vectorise.
+    return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
 }
 
 inline float bf16_to_float(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
