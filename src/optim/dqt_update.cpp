@@ -71,14 +71,10 @@ template <bool Stochastic, bool WithResidual, typename Moment>
 template <typename Moment>
 [[gnu::always_inline]] inline void update_range(const UpdateConstants& k, uint8_t* codes, const float* g, Moment* m,
                                                Moment* v, int8_t* r, size_t first, size_t last, ExactSum* dot) {
-    const bool with_residual = k.residual_steps != 0.0f;
-    if (k.stochastic) {
-        with_residual ? update_range<true, true>(k, codes, g, m, v, r, first, last, dot)
-                      : update_range<true, false>(k, codes, g, m, v, r, first, last, dot);
-    } else {
-        with_residual ? update_range<false, true>(k, codes, g, m, v, r, first, last, dot)
-                      : update_range<false, false>(k, codes, g, m, v, r, first, last, dot);
-    }
+    with_update_choices(k, [&](auto stochastic, auto with_residual) __attribute__((always_inline)) {
+        update_range<decltype(stochastic)::value, decltype(with_residual)::value>(k, codes, g, m, v, r, first, last,
+                                                                                  dot);
+    });
 }
 
 // Cloned for AVX-512 / AVX2, where floor, nearbyint and sqrt are single instructions.

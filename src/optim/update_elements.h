@@ -5,6 +5,7 @@
 // one fused instruction (-ffp-contract=off, nvcc --fmad=false), and both divide and take square
 // roots as IEEE-754 says (correctly rounded), so each operation below rounds alike.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/host_device.h"
 #include "quant/codes.h"
@@ -82,16 +83,24 @@ DQT_HOST_DEVICE inline float dqt_update_element_as(const DqtStepConstants& k, fl
     }
 }
 
+// Calls run(stochastic, with_residual) with k.stochastic and k.residual_steps != 0 as
+// std::bool_constant arguments, so that run instantiates per choice: the one place the four
+// choices are told apart. Always inlined (and so must run be), so that a CPU loop cloned for
+// AVX2 or AVX-512 keeps its clone's instruction set.
+template <typename Run>
+DQT_HOST_DEVICE __attribute__((always_inline)) inline auto with_update_choices(const DqtStepConstants& k, Run&& run) {
+    const bool residual_on = k.residual_steps != 0.0f;
+    if (k.stochastic) return residual_on ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+    return residual_on ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
+}
+
 // The same with the two choices read from k (the GPU's kernel, one element a thread).
 DQT_HOST_DEVICE inline float dqt_update_element(const DqtStepConstants& k, float inv_old_scale, float position,
                                                 float g, float& m, float& v, float u, int8_t* residual) {
-    const bool residual_on = k.residual_steps != 0.0f;
-    if (k.stochastic) {
-        return residual_on ? dqt_update_element_as<true, true>(k, inv_old_scale, position, g, m, v, u, residual)
-                           : dqt_update_element_as<true, false>(k, inv_old_scale, position, g, m, v, u, residual);
-    }
-    return residual_on ? dqt_update_element_as<false, true>(k, inv_old_scale, position, g, m, v, u, residual)
-                       : dqt_update_element_as<false, false>(k, inv_old_scale, position, g, m, v, u, residual);
+    return with_update_choices(k, [&](auto stochastic, auto with_residual) {
+        return dqt_update_element_as<decltype(stochastic)::value, decltype(with_residual)::value>(
+            k, inv_old_scale, position, g, m, v, u, residual);
+    });
 }
 
 }  // namespace dqt
