@@ -19,7 +19,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(build-essential cmake git pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+packages=(build-essential cmake git pkg-config libdeflate-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev openmpi-bin libopenmpi-dev
           libcpp-httplib-dev libpcre2-dev curl
           python3 python3-matplotlib)

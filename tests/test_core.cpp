@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/cpu_cache.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -34,6 +37,36 @@ TEST(Philox, UniformMeanAndRange) {
     }
     // Standard error of the mean of U[0,1) over 1e5 draws is about 0.0009.
     EXPECT_NEAR(sum / count, 0.5, 0.005);
+}
+
+// CRC-32 bit by bit (reflected polynomial 0xEDB88320): the slow reference for crc32_update.
+uint32_t crc32_bitwise(uint32_t crc, const uint8_t* data, size_t bytes) {
+    crc = ~crc;
+    for (size_t i = 0; i < bytes; ++i) {
+        crc ^= data[i];
+        for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+TEST(Checksum, Crc32MatchesTheBitwiseReferenceOverAnySplit) {
+    EXPECT_EQ(crc32_update(0, "123456789", 9), 0xCBF43926u);  // the standard check value
+    std::mt19937 gen(20261207);
+    std::vector<uint8_t> bytes(1 << 16);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(gen());
+    for (int trial = 0; trial < 50; ++trial) {
+        const size_t offset = gen() % 64, count = gen() % (bytes.size() - offset);
+        const uint32_t expected = crc32_bitwise(0, bytes.data() + offset, count);
+        EXPECT_EQ(crc32_update(0, bytes.data() + offset, count), expected);
+        // The same range in pieces, empty ones (with a null pointer, as an empty tensor gives) among them.
+        uint32_t running = crc32_update(0, nullptr, 0);
+        for (size_t done = 0; done < count;) {
+            const size_t piece = std::min<size_t>(count - done, gen() % 3 == 0 ? 0 : gen() % 5000);
+            running = crc32_update(running, piece == 0 ? nullptr : bytes.data() + offset + done, piece);
+            done += piece;
+        }
+        EXPECT_EQ(running, expected) << "trial " << trial;
+    }
 }
 
 TEST(Memory, LedgerTracksLiveAndPeakPerCategory) {
