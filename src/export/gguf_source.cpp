@@ -34,9 +34,10 @@ FloatWeights GgufSource::read_float_weights(const ParamTensor& t) const {
     if (stored.type == GgmlType::f16) {
         Array<Float16> halves(MemCategory::weights, t.count());
         reader_.read_into(stored, halves.data());
-        bool finite = true;
-        for (const Float16 half : halves) finite = finite && (std::bit_cast<uint16_t>(half) & 0x7c00) != 0x7c00;
-        if (finite) {
+        // Counted without an early exit, so that the loop vectorises (a pass over 657 MB for 2B4T's).
+        size_t non_finite = 0;
+        for (const Float16 half : halves) non_finite += (std::bit_cast<uint16_t>(half) & 0x7c00) == 0x7c00;
+        if (non_finite == 0) {
             if (permuted(t)) {
                 const std::vector<Float16> file_rows(halves.begin(), halves.end());
                 const std::vector<Float16> rows = rows_in_model_order(file_rows, t.rows, t.cols, config_.head_dim(), true);
