@@ -106,9 +106,11 @@ void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 
 double measure_gemm_peak_gflops(int threads) {
-    // 1024^3 (2.1 GFLOP, ~10 ms on two cores) reaches the same GFLOP/s as 2048^3 in an eighth of
-    // the time. Plain vectors: a one-off measurement, not part of any memory category.
-    constexpr int n = 1024;
+    // One whole 2048^3 product (17 GFLOP, 0.1-0.4 s) straight through oneDNN, threaded by oneDNN
+    // itself: the best this machine's sgemm does, not dqt::gemm's chunks, whose per-chunk
+    // repacking costs a square product half its rate on AVX2 (docs/gemm.md). Plain vectors:
+    // a one-off measurement, not part of any memory category.
+    constexpr int n = 2048;
     std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
     for (size_t i = 0; i < a.size(); ++i) {
         a[i] = float(int(i % 17) - 8) * 0.01f;
@@ -117,10 +119,11 @@ double measure_gemm_peak_gflops(int threads) {
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(std::max(1, threads));
     double best_seconds = 1e30;
-    for (int run = 0; run < 6; ++run) {  // the first run warms caches and oneDNN's JIT
+    for (int run = 0; run < 4; ++run) {  // the first run warms caches and oneDNN's JIT
         const auto start = std::chrono::steady_clock::now();
-        gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        const dnnl_status_t status = dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
         const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+        require(status == dnnl_success, "GEMM peak: dnnl_sgemm failed with status " + std::to_string(int(status)));
         if (run > 0) best_seconds = std::min(best_seconds, elapsed.count());
     }
     omp_set_num_threads(saved_threads);

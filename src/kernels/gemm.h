@@ -20,8 +20,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc);
 
-// Best GFLOP/s of a few large square products through gemm() on `threads` threads (the caller's
-// OpenMP thread setting is restored). The denominator of "fraction of GEMM peak"; takes < 1 s.
+// Best GFLOP/s of a few 2048^3 products through oneDNN's sgemm on `threads` threads (the
+// caller's OpenMP thread setting is restored). The denominator of "fraction of GEMM peak";
+// takes 0.5-1.5 s.
 double measure_gemm_peak_gflops(int threads);
 
 }  // namespace dqt
