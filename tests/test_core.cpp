@@ -39,6 +39,8 @@ TEST(Philox, UniformMeanAndRange) {
     EXPECT_NEAR(sum / count, 0.5, 0.005);
 }
 
+namespace {
+
 // CRC-32 bit by bit (reflected polynomial 0xEDB88320): the slow reference for crc32_update.
 uint32_t crc32_bitwise(uint32_t crc, const uint8_t* data, size_t bytes) {
     crc = ~crc;
@@ -48,6 +50,8 @@ uint32_t crc32_bitwise(uint32_t crc, const uint8_t* data, size_t bytes) {
     }
     return ~crc;
 }
+
+}  // namespace
 
 TEST(Checksum, Crc32MatchesTheBitwiseReferenceOverAnySplit) {
     EXPECT_EQ(crc32_update(0, "123456789", 9), 0xCBF43926u);  // the standard check value
