@@ -94,6 +94,11 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --batch 2000000000 --grad-accum 2000000000"),
                           "tokens per step is out of range");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --seq-len 2000000000"), "seq_len must be at most 1048576");
+    // Every layer's saved softmax, (batch, heads, seq_len, seq_len): 23 TiB here, allocated layer
+    // by layer (16 GiB touched in 16 s at --seq-len 100000 on the defaults) before the check knew it.
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 1000 --heads 16 --batch 1 --seq-len 20000 "
+                                                          "--eval-tokens 20000"),
+                          "logits and attention probabilities, more than this machine's");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");

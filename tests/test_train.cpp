@@ -197,13 +197,16 @@ TEST(Train, TinyRunLossFalls) {
 }
 
 // The estimate train checks against the machine before allocating: each persistent category at
-// its method's width, and one micro-batch's logits (a 32,000-token vocabulary at batch 64 x 2048
-// is 16 GiB of logits alone).
-TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateAndLogits) {
+// its method's width, one micro-batch's logits (a 32,000-token vocabulary at batch 64 x 2048
+// is 16 GiB of logits alone) and the CPU forward's saved attention probabilities.
+TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateLogitsAndAttention) {
     TrainOptions options = tiny_train_options("unused");
     const double parameters = static_cast<double>(options.model.parameter_count());
+    const double probabilities = 4.0 * options.model.n_layers * options.batch * options.model.n_heads *
+                                 options.model.seq_len * options.model.seq_len;
     const double logits = 4.0 * options.batch * options.model.seq_len * options.model.vocab_size;
-    EXPECT_EQ(training_memory_lower_bound(options), parameters * (4 + 4 + 8) + logits);
+    const double activations = logits + probabilities;
+    EXPECT_EQ(training_memory_lower_bound(options), parameters * (4 + 4 + 8) + activations);
     options.method.kind = Method::dqt;  // ternary: block linears 2 bits a weight, the rest fp32
     options.optim_state = StateDtype::q8;
     options.fused_update = true;
@@ -211,17 +214,22 @@ TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateAndLogits) {
     for (const ParamTensor& t : make_param_layout(options.model, options.method).tensors)
         weight_bytes += t.role == TensorRole::block_linear ? static_cast<double>((t.count() + 3) / 4) : 4.0 * t.count();
     EXPECT_LT(weight_bytes, 4.0 * parameters);
-    EXPECT_EQ(training_memory_lower_bound(options), weight_bytes + parameters * (0 + 2) + logits);
+    EXPECT_EQ(training_memory_lower_bound(options), weight_bytes + parameters * (0 + 2) + activations);
     // A tied table's fused gradient is held whole over the backward (optim/fused_update.h).
     options.model.tie_embeddings = true;
     const double tied_parameters = static_cast<double>(options.model.parameter_count());
     const double table = 4.0 * options.model.vocab_size * options.model.dim;
-    EXPECT_EQ(training_memory_lower_bound(options), weight_bytes - table + tied_parameters * 2 + table + logits);
+    EXPECT_EQ(training_memory_lower_bound(options), weight_bytes - table + tied_parameters * 2 + table + activations);
     options.model.tie_embeddings = false;
     options.model.vocab_size = 32000;
     options.batch = 64;
     options.model.seq_len = 2048;
     EXPECT_GE(training_memory_lower_bound(options), 64.0 * 2048 * 32000 * 4);
+    // On a GPU the attention keeps no probabilities on the host.
+    const double on_cpu = training_memory_lower_bound(options);
+    options.device = TrainDevice::cuda;
+    EXPECT_EQ(on_cpu - training_memory_lower_bound(options),
+              4.0 * options.model.n_layers * 64 * options.model.n_heads * 2048.0 * 2048);
 }
 
 // Each training method, and the storage variants that change the update: resume and

@@ -36,8 +36,16 @@ double training_memory_lower_bound(const TrainOptions& options) {
     const double moment_bytes = options.optim_state == StateDtype::fp32 ? 4.0
                                 : options.optim_state == StateDtype::bf16 ? 2.0
                                                                            : 1.0;
-    const double logits = static_cast<double>(options.batch) * options.model.seq_len * options.model.vocab_size * 4.0;
-    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + logits;
+    const double tokens = static_cast<double>(options.batch) * options.model.seq_len;
+    const double logits = tokens * options.model.vocab_size * 4.0;
+    // The CPU forward saves every layer's (B, H, T, T) softmax; the GPU's attention keeps none
+    // on the host.
+    const double attention_probabilities =
+        options.device == TrainDevice::cpu
+            ? tokens * options.model.seq_len * options.model.n_heads * options.model.n_layers * 4.0
+            : 0.0;
+    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + logits +
+           attention_probabilities;
 }
 
 }  // namespace dqt
