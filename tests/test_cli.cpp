@@ -648,7 +648,7 @@ TEST(Cli, BenchGenerateKeepsItsModelAndKnowsThe2BShape) {
     expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --kv-cache int8"),
                           "add --no-llama-cpp");
     expect_one_line_error(run_dqt("bench generate " + tiny + " --keep " + (root / "kept")), "exists");
-    expect_one_line_error(run_dqt("bench generate --preset 7b " + tiny), "--preset");
+    expect_one_line_error(run_dqt("bench generate --preset 7b " + tiny), "unknown --preset '7b': use 154m or 2b");
     expect_one_line_error(run_dqt("bench generate " + (root / "kept/model.gguf") + " --keep " + (root / "k2")), "--keep");
 }
 

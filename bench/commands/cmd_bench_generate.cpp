@@ -180,7 +180,7 @@ ModelConfig bench_model_config(const std::string& preset) {
         c.ffn_dim = 6912;
         return c;
     }
-    throw Error("unknown --preset '" + quote_untrusted(preset, 20) + "': use 154m or 2b");
+    throw Error("unknown --preset " + quote_untrusted(preset, 20) + ": use 154m or 2b");
 }
 
 std::unique_ptr<Tokenizer> bench_tokenizer(const ModelConfig& config) {

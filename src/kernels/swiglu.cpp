@@ -97,7 +97,7 @@ void relu2_glu_backward(float* dgate, float* dup, const float* dh, const float* 
 GatedActivation parse_gated_activation(const std::string& name) {
     if (name == "silu") return GatedActivation::silu;
     if (name == "relu2") return GatedActivation::relu2;
-    throw Error("unknown FFN activation '" + quote_untrusted(name, 40) + "': use silu (SwiGLU) or relu2 (ReLU^2-GLU)");
+    throw Error("unknown FFN activation " + quote_untrusted(name, 40) + ": use silu (SwiGLU) or relu2 (ReLU^2-GLU)");
 }
 
 const char* gated_activation_name(GatedActivation activation) {
