@@ -405,6 +405,22 @@ TEST_F(IoAtomicFile, DestroyedWithoutCommitLeavesNothing) {
     EXPECT_TRUE(listing().empty());
 }
 
+// Refused at once, not after a whole model's bytes (export wrote them, then the rename failed).
+TEST_F(IoAtomicFile, ADirectoryIsRefusedAtOpenAndAtCommit) {
+    fs::create_directory(file("folder"));
+    EXPECT_ERROR_CONTAINS(AtomicFileWriter writer(file("folder")), "folder: it is a directory: give a file name");
+    EXPECT_EQ(listing(), std::vector<std::string>{"folder"});
+    // One made after the writer opened: the failed rename names its own error (it printed
+    // "Success": errno read before the call) and leaves no temporary file.
+    {
+        AtomicFileWriter writer(file("late"));
+        writer.write("abc", 3);
+        fs::create_directory(file("late"));
+        EXPECT_ERROR_CONTAINS(writer.commit(), "failed: Is a directory");
+    }
+    EXPECT_EQ(listing(), (std::vector<std::string>{"folder", "late"}));
+}
+
 TEST_F(IoAtomicFile, CommitReplacesTheTargetAndLeavesNoTemporary) {
     const std::string path = file("out.txt");
     write_file_atomic(path, "old");

@@ -62,6 +62,10 @@ void remove_dead_writers_leftovers(const std::string& path) {
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path, PageCache cache)
     : path_(path), temp_path_(path + ".tmp." + std::to_string(::getpid())) {
+    // Said before the bytes are made: the rename at commit would refuse only after them.
+    std::error_code error;
+    require(!std::filesystem::is_directory(path, error),
+            "cannot write " + path + ": it is a directory: give a file name inside it");
     remove_dead_writers_leftovers(path);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
     if (cache == PageCache::bypass) {
