@@ -41,6 +41,7 @@ cases=(
   "$train --out RUN --heads 3"
   "$train --out RUN --seq-len 100000000"
   "$train --out RUN --layers 10000 --heads 16 --batch 1 --seq-len 1500 --eval-tokens 1500"
+  "$train --out RUN --layers 1 --ffn 1000000 --batch 400"
   "$train --out RUN --batch 2000000000 --grad-accum 2000000000"
   "$train --out RUN --method dqt --dqt-recipe paper"
   "$train --out RUN --method bitnet --dqt-recipe reference"

@@ -98,7 +98,11 @@ TEST(Cli, ImpossibleConfigsAreRejectedBeforeAnythingIsWritten) {
     // by layer (16 GiB touched in 16 s at --seq-len 100000 on the defaults) before the check knew it.
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 1000 --heads 16 --batch 1 --seq-len 20000 "
                                                           "--eval-tokens 20000"),
-                          "logits and attention probabilities, more than this machine's");
+                          "Adam state and activations, more than this machine's");
+    // And what grows with batch x seq_len: a wide FFN's saved gate, up and products, 0.4 TiB for
+    // 0.16 GB of weights (before, the check passed, the run folder was made, then the allocation failed).
+    expect_one_line_error(run_dqt(tiny_train_args(out) + " --layers 1 --ffn 100000 --batch 6000"),
+                          "Adam state and activations, more than this machine's");
     EXPECT_FALSE(std::filesystem::exists(out + "/checkpoint.dqt"));
     write_bytes(root / "bad.json", "{\"dim\": 64, \"n_layrs\": 2}");
     expect_one_line_error(run_dqt(tiny_train_args(out) + " --config " + (root / "bad.json")), "unknown key 'n_layrs'");

@@ -197,15 +197,12 @@ TEST(Train, TinyRunLossFalls) {
 }
 
 // The estimate train checks against the machine before allocating: each persistent category at
-// its method's width, one micro-batch's logits (a 32,000-token vocabulary at batch 64 x 2048
-// is 16 GiB of logits alone) and the CPU forward's saved attention probabilities.
-TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateLogitsAndAttention) {
+// its method's width and, on the CPU, the activations of one micro-batch (a 32,000-token
+// vocabulary at batch 64 x 2048 is 16 GiB of logits alone).
+TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateAndActivations) {
     TrainOptions options = tiny_train_options("unused");
     const double parameters = static_cast<double>(options.model.parameter_count());
-    const double probabilities = 4.0 * options.model.n_layers * options.batch * options.model.n_heads *
-                                 options.model.seq_len * options.model.seq_len;
-    const double logits = 4.0 * options.batch * options.model.seq_len * options.model.vocab_size;
-    const double activations = logits + probabilities;
+    const double activations = training_activation_bytes(options.model, options.batch);
     EXPECT_EQ(training_memory_lower_bound(options), parameters * (4 + 4 + 8) + activations);
     options.method.kind = Method::dqt;  // ternary: block linears 2 bits a weight, the rest fp32
     options.optim_state = StateDtype::q8;
@@ -225,11 +222,29 @@ TEST(Train, MemoryLowerBoundCountsWeightsGradientsStateLogitsAndAttention) {
     options.batch = 64;
     options.model.seq_len = 2048;
     EXPECT_GE(training_memory_lower_bound(options), 64.0 * 2048 * 32000 * 4);
-    // On a GPU the attention keeps no probabilities on the host.
+    // On a GPU the host holds a micro-batch's logits, no other activation.
     const double on_cpu = training_memory_lower_bound(options);
     options.device = TrainDevice::cuda;
     EXPECT_EQ(on_cpu - training_memory_lower_bound(options),
-              4.0 * options.model.n_layers * 64 * options.model.n_heads * 2048.0 * 2048);
+              training_activation_bytes(options.model, 64) - 64.0 * 2048 * 32000 * 4);
+}
+
+// The estimate's activations are what Activations allocates, byte for byte (the accounted
+// activation and scratch categories), with and without SubLN and grouped kv heads; a buffer
+// added to Activations and not to the estimate fails here.
+TEST(Train, ActivationBytesAreWhatActivationsAllocates) {
+    for (const bool subln : {false, true}) {
+        ModelConfig config = tiny_train_options("unused").model;
+        config.subln = subln;
+        config.n_kv_heads = subln ? config.n_heads / 2 : config.n_heads;
+        config.seq_len = 24;
+        const auto live = [] {
+            return memory_live_bytes(MemCategory::activations) + memory_live_bytes(MemCategory::scratch);
+        };
+        const int64_t before = live();
+        const Activations acts(config, 3, config.seq_len);
+        EXPECT_EQ(static_cast<double>(live() - before), training_activation_bytes(config, 3)) << "subln " << subln;
+    }
 }
 
 // Each training method, and the storage variants that change the update: resume and

@@ -1,5 +1,6 @@
 #include "train/memory_estimate.h"
 
+#include "model/layer_values.h"
 #include "model/parameters.h"
 #include "optim/fused_update.h"
 
@@ -25,6 +26,12 @@ double stored_weight_bytes(const ModelConfig& c, const MethodConfig& method) {
            (c.tie_embeddings ? 0.0 : bytes(TensorRole::head, V * C)) + bytes(TensorRole::norm, norms);
 }
 
+// One layer's saved values as counts of floats: allocate_layer_values's arrays are numbers here.
+struct CountedLayerValues {
+    PerBlockValue<double> values{}, rstd{};
+    double q = 0, k = 0, v = 0, gate = 0, up = 0;
+};
+
 }  // namespace
 
 double training_memory_lower_bound(const TrainOptions& options) {
@@ -36,16 +43,27 @@ double training_memory_lower_bound(const TrainOptions& options) {
     const double moment_bytes = options.optim_state == StateDtype::fp32 ? 4.0
                                 : options.optim_state == StateDtype::bf16 ? 2.0
                                                                            : 1.0;
-    const double tokens = static_cast<double>(options.batch) * options.model.seq_len;
-    const double logits = tokens * options.model.vocab_size * 4.0;
-    // The CPU forward saves every layer's (B, H, T, T) softmax; the GPU's attention keeps none
-    // on the host.
-    const double attention_probabilities =
+    const double activations =
         options.device == TrainDevice::cpu
-            ? tokens * options.model.seq_len * options.model.n_heads * options.model.n_layers * 4.0
-            : 0.0;
-    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + logits +
-           attention_probabilities;
+            ? training_activation_bytes(options.model, options.batch)
+            : static_cast<double>(options.batch) * options.model.seq_len * options.model.vocab_size * 4.0;
+    return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + activations;
+}
+
+double training_activation_bytes(const ModelConfig& c, int batch) {
+    const size_t tokens = static_cast<size_t>(batch) * static_cast<size_t>(c.seq_len);
+    CountedLayerValues saved;
+    allocate_layer_values(saved, c, tokens, [](size_t count) { return static_cast<double>(count); });
+    double saved_floats = saved.q + saved.k + saved.v + saved.gate + saved.up;
+    for (const double floats : saved.values.items) saved_floats += floats;
+    for (const double floats : saved.rstd.items) saved_floats += floats;
+    const double N = static_cast<double>(tokens), C = c.dim, F = c.ffn_dim, KV = c.kv_dim();
+    const double softmax = N * c.n_heads * c.seq_len;         // (B, H, T, T)
+    const double per_layer = N * C + saved_floats + softmax;  // the input, the block's values, the softmax
+    const double ends = 2 * N * C + N + N * c.vocab_size;     // final_input, lnf, lnf_rstd, logits
+    const double token_ids = 2 * N;                           // tokens, targets (int32)
+    const double backward_scratch = 4 * N * C + 2 * N * KV + 3 * N * F + softmax;
+    return 4.0 * (c.n_layers * per_layer + ends + token_ids + backward_scratch);
 }
 
 }  // namespace dqt

@@ -135,8 +135,7 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
             "training this model (" + std::to_string(options.model.parameter_count()) + " parameters, " +
                 std::to_string(static_cast<int64_t>(options.batch) * options.model.seq_len) +
                 " tokens per micro-batch) needs at least " + format_number(needed_gib) +
-                " GiB for its weights, gradients, Adam state, logits and attention probabilities, more than this "
-                "machine's " +
+                " GiB for its weights, gradients, Adam state and activations, more than this machine's " +
                 format_number(machine_gib) + " GiB of memory: lower --batch or --seq-len, or train a smaller model");
     const int ranks = world().size();
     require(options.grad_accum % ranks == 0,
