@@ -61,6 +61,8 @@ cases=(
   "export $model --out $model"
   "export $model --ternary-type q9_9 --out RUN.gguf"
   "export $model --float-type f64 --out RUN.gguf"
+  "bench train --seq-len 200000"
+  "bench memory --seq-len 100000 --batch 8"
 )
 
 echo "| command (tiny model flags left out) | exit | stderr lines | output written | message |"

@@ -471,6 +471,11 @@ TEST(Cli, BenchMemoryTabulatesEveryCase) {
     }
     expect_one_line_error(run_dqt("bench memory --case nope --config " + (root / "tiny.json")),
                           "unknown memory case 'nope'");
+    // Refused before any case allocates: the parent checks them all (a child's error was two
+    // lines), and `bench train` as `train` does (it was killed by the OOM killer at 24 GB).
+    expect_one_line_error(run_dqt("bench memory --seq-len 100000 --batch 8 --config " + (root / "tiny.json")),
+                          "Adam state and activations, more than this machine's");
+    expect_one_line_error(run_dqt("bench train --seq-len 200000"), "Adam state and activations, more than this machine's");
 }
 
 // The bandwidth benchmark reads back each size asked for and the buffer beyond the cache (4x the

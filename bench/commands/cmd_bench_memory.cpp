@@ -1,5 +1,6 @@
 // `dqt bench memory`: training memory of every method on the paper's 130M model. Each case
 // runs in a child process of its own, so the OS's peak resident set size is that case's alone.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -77,7 +78,7 @@ const MemoryCase& find_case(const std::string& name) {
     throw Error("unknown memory case '" + name + "': use one of " + known);
 }
 
-nlohmann::json run_case(const MemoryCase& c, const ModelConfig& config, const MemoryArgs& args) {
+ThroughputSetup case_setup(const MemoryCase& c, const ModelConfig& config, const MemoryArgs& args) {
     ThroughputSetup setup;
     setup.model = config;
     setup.method.kind = c.method;
@@ -92,7 +93,11 @@ nlohmann::json run_case(const MemoryCase& c, const ModelConfig& config, const Me
     setup.batch = args.batch;
     setup.steps = args.steps;
     setup.warmup = 1;
-    const ThroughputResult result = measure_training_throughput(setup);
+    return setup;
+}
+
+nlohmann::json run_case(const MemoryCase& c, const ModelConfig& config, const MemoryArgs& args) {
+    const ThroughputResult result = measure_training_throughput(case_setup(c, config, args));
     nlohmann::json record = memory_report_json(config.parameter_count());
     record["case"] = c.name;
     record["description"] = c.description;
@@ -116,8 +121,10 @@ nlohmann::json run_child(const MemoryCase& c, const std::string& config_file, co
     size_t got;
     while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) output.append(chunk.data(), got);
     const int status = pclose(pipe);
-    require(status == 0, "bench memory: case " + std::string(c.name) + " failed (exit status " +
-                             std::to_string(status) + ")");
+    const std::string how = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                            : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                  : "wait status " + std::to_string(status);
+    require(status == 0, "bench memory: case " + std::string(c.name) + " failed (" + how + ")");
     try {
         return nlohmann::json::parse(output);
     } catch (const nlohmann::json::exception&) {
@@ -171,6 +178,8 @@ void add_bench_memory_command(CLI::App& bench) {
             std::printf("%s\n", record.dump().c_str());
             return;
         }
+        // Every case is checked before the first child starts (one error line, not a child's and ours).
+        for (const MemoryCase& c : kCases) require_throughput_fits_in_memory(case_setup(c, config, *args));
         // The children read the resolved model from a temporary config file.
         char path[] = "/tmp/dqt-bench-memory-XXXXXX";
         const int fd = mkstemp(path);

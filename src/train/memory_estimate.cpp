@@ -1,5 +1,9 @@
 #include "train/memory_estimate.h"
 
+#include <string>
+
+#include "core/error.h"
+#include "core/memory.h"
 #include "model/layer_values.h"
 #include "model/parameters.h"
 #include "optim/fused_update.h"
@@ -48,6 +52,17 @@ double training_memory_lower_bound(const TrainOptions& options) {
             ? training_activation_bytes(options.model, options.batch)
             : static_cast<double>(options.batch) * options.model.seq_len * options.model.vocab_size * 4.0;
     return weight_bytes + parameters * (gradient_bytes + 2.0 * moment_bytes) + fused_tied_table + activations;
+}
+
+void require_training_fits_in_memory(const TrainOptions& options) {
+    const double needed_gib = training_memory_lower_bound(options) / (1 << 30);
+    const double machine_gib = static_cast<double>(physical_memory_bytes()) / (1 << 30);
+    require(needed_gib <= machine_gib,
+            "training this model (" + std::to_string(options.model.parameter_count()) + " parameters, " +
+                std::to_string(static_cast<int64_t>(options.batch) * options.model.seq_len) +
+                " tokens per micro-batch) needs at least " + format_number(needed_gib) +
+                " GiB for its weights, gradients, Adam state and activations, more than this machine's " +
+                format_number(machine_gib) + " GiB of memory: lower --batch or --seq-len, or train a smaller model");
 }
 
 double training_activation_bytes(const ModelConfig& c, int batch) {

@@ -12,6 +12,10 @@ namespace dqt {
 // of one micro-batch: batch x seq_len x vocabulary fp32 values). Transient buffers come on top.
 double training_memory_lower_bound(const TrainOptions& options);
 
+// Throws a one-line error naming the fix when that lower bound is more than this machine's
+// memory: `dqt train` and the training benchmarks, before they allocate.
+void require_training_fits_in_memory(const TrainOptions& options);
+
 // The bytes Activations(config, batch, config.seq_len) allocates (model/llama.h): every layer's
 // saved values (counted from the list that allocates them, model/layer_values.h) and its
 // (batch, heads, seq_len, seq_len) softmax, the logits (which the backward overwrites in place)

@@ -5,14 +5,27 @@
 #include "core/rng.h"
 #include "model/initialization.h"
 #include "model/llama.h"
+#include "train/memory_estimate.h"
+#include "train/options.h"
 #include "train/training_step.h"
 
 namespace dqt {
+
+void require_throughput_fits_in_memory(const ThroughputSetup& setup) {
+    TrainOptions as_run;  // what the check reads: the model, its method and state, one micro-batch
+    as_run.model = setup.model;
+    as_run.method = setup.method;
+    as_run.optim_state = setup.optim_state;
+    as_run.fused_update = setup.fused_update;
+    as_run.batch = setup.batch;
+    require_training_fits_in_memory(as_run);
+}
 
 ThroughputResult measure_training_throughput(const ThroughputSetup& setup) {
     const ModelConfig& config = setup.model;
     config.validate();
     setup.method.validate();
+    require_throughput_fits_in_memory(setup);
     ModelParameters model(config, setup.method);
     initialize_parameters(model, 1);
     OptimizerState state(model.layout, setup.optim_state);

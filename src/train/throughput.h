@@ -24,7 +24,12 @@ struct ThroughputResult {
     int steps = 0;
 };
 
-// Times full optimizer steps (forward, backward, clipping at norm 1, update).
+// Times full optimizer steps (forward, backward, clipping at norm 1, update), after
+// require_throughput_fits_in_memory.
 ThroughputResult measure_training_throughput(const ThroughputSetup& setup);
+
+// The one-line error of `dqt train` (train/memory_estimate.h) when the setup cannot fit in this
+// machine's memory.
+void require_throughput_fits_in_memory(const ThroughputSetup& setup);
 
 }  // namespace dqt

@@ -129,14 +129,7 @@ RunSetup settle_run(const TrainOptions& requested, const RunControl& control, co
             "a step of " + std::to_string(options.tokens_per_step()) + " tokens (--batch x --grad-accum x seq_len) is " +
                 "more than the whole training split of " + options.data_dir + " (" +
                 std::to_string(data.train.token_count()) + " tokens): lower --batch or --grad-accum");
-    const double needed_gib = training_memory_lower_bound(options) / (1 << 30);
-    const double machine_gib = static_cast<double>(physical_memory_bytes()) / (1 << 30);
-    require(needed_gib <= machine_gib,
-            "training this model (" + std::to_string(options.model.parameter_count()) + " parameters, " +
-                std::to_string(static_cast<int64_t>(options.batch) * options.model.seq_len) +
-                " tokens per micro-batch) needs at least " + format_number(needed_gib) +
-                " GiB for its weights, gradients, Adam state and activations, more than this machine's " +
-                format_number(machine_gib) + " GiB of memory: lower --batch or --seq-len, or train a smaller model");
+    require_training_fits_in_memory(options);
     const int ranks = world().size();
     require(options.grad_accum % ranks == 0,
             "--grad-accum " + std::to_string(options.grad_accum) + " cannot be shared by " + std::to_string(ranks) +
