@@ -246,10 +246,16 @@ void add_bench_generate_command(CLI::App& bench) {
             ~Cleanup() { std::filesystem::remove_all(path); }
         } cleanup{folder};
 
+        // Checked before the model is made or loaded (which takes seconds at the 2B shape).
+        const auto require_context = [&](int context) {
+            require(args->prompt_tokens + args->decode_tokens <= context,
+                    "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(context));
+        };
         std::string gguf = args->model_path;
         if (gguf.empty()) {
             const ModelConfig config =
                 resolve_model_config(*command, args->model_flags, args->config_path, bench_model_config(args->preset));
+            require_context(config.seq_len);
             MethodConfig method;
             method.kind = Method::dqt;
             method.grid = parse_code_grid(args->bits);  // ternary codes (TQ2_0) or n-bit (Q8_0)
@@ -261,13 +267,13 @@ void add_bench_generate_command(CLI::App& bench) {
             options.floats = args->float_type == "f16" ? GgufFloatFormat::f16 : GgufFloatFormat::f32;
             export_gguf(random_model, *bench_tokenizer(config), options, gguf);
         }
-        InferenceModel model(*open_gguf(gguf).tensors);
+        const OpenedGguf opened = open_gguf(gguf);
+        require_context(opened.tensors->config().seq_len);
+        InferenceModel model(*opened.tensors);
         const KvCacheType cache_type = parse_kv_cache_type(args->kv_cache);
         const std::vector<TernaryLayoutTiming> layout_timing =
             hold_ternary_layout(model, parse_ternary_layout(args->ternary_layout), {1}, cache_type);
         require(model.kernels_label() != "none", "bench generate needs a model with ternary or n-bit weights");
-        require(args->prompt_tokens + args->decode_tokens <= model.config.seq_len,
-                "--prompt-tokens + --decode-tokens exceed the model's context of " + std::to_string(model.config.seq_len));
         std::vector<int32_t> prompt(static_cast<size_t>(args->prompt_tokens));
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % model.config.vocab_size);
 
