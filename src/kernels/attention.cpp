@@ -580,7 +580,7 @@ template <typename Part, int R, int Step, int Chains, typename Cache>
             prefetch_ahead<Part>(v + j * v_row_stride + d0 + c * kPartLanes<Part>, c);
         }
 #pragma GCC unroll 4
-        for (int r = std::max(0, j - n_first + 1); r < R; ++r) {
+        for (int r = Step == 0 ? 0 : std::max(0, j - n_first + 1); r < R; ++r) {  // Step 0: a constant
             const float pj = probs[r * probs_stride + j];
 #pragma GCC unroll 16
             for (int c = 0; c < Chains; ++c) acc[r][c] += pj * values[c];
@@ -604,11 +604,16 @@ template <typename Part, int R, int Step, typename Cache, typename Scales>
                                                     const Cache* key_tiles, const Cache* v, ptrdiff_t v_row_stride,
                                                     Scales scales, int pos0, int head_dim, float scale, float* scores,
                                                     float* probs, ptrdiff_t probs_stride, NextHead next) {
-    constexpr int kChains = kAttentionKeyTile / kPartLanes<Part>;
+    // Chains of R rows advance together while their accumulators fill half the register file
+    // (AVX-512 32 registers, AVX2 16): a key tile's 4 parts at once on AVX-512, 2 of its 8 for four
+    // rows on AVX2. Each score and output element keeps its own chain, so this changes no bits.
+    constexpr int kAccumulators = kPartLanes<Part> == kPartLanes<Wide> ? 16 : 8;
+    constexpr int kChains = std::min(kAttentionKeyTile / kPartLanes<Part>, std::max(1, kAccumulators / R));
     const auto parts = [](int columns) { return (columns + kPartLanes<Part> - 1) / kPartLanes<Part>; };
     const int n_last = pos0 + Step * (R - 1) + 1;  // keys of the last row; earlier rows ignore those past theirs
-    for (int j0 = 0; j0 < n_last; j0 += kAttentionKeyTile) {
-        const Cache* key_tile = key_tiles + static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim * kAttentionKeyTile;
+    for (int j0 = 0; j0 < n_last; j0 += kChains * kPartLanes<Part>) {
+        const Cache* key_tile = key_tiles + static_cast<ptrdiff_t>(j0 / kAttentionKeyTile) * head_dim * kAttentionKeyTile +
+                                j0 % kAttentionKeyTile;
         with_constant<kChains>(parts(n_last - j0), [&](auto chains) {
             score_rows<Part, R, chains()>(scores + j0, probs_stride, q, row_stride, key_tile, head_dim, next.keys);
         });
@@ -849,8 +854,8 @@ void decode_cached_head(float* out, const float* q, const Code* key_tiles, const
     }
 }
 
-// Decode of one position, one query head at a time: below AVX-512 (attention_decode_rows_from
-// takes AVX-512 machines four queries at a time).
+// Decode of one position, one query head at a time: the baseline level, and a chunk's rows on
+// AVX2 (attention_decode_rows_from).
 template <typename Code>
 void decode_head_by_head(float* out, const float* q, CacheView<Code> keys, int key_stride, CacheView<Code> values,
                          int value_stride, int pos, int heads, int kv_heads, int head_dim, int head_begin,
@@ -871,9 +876,9 @@ void decode_head_by_head(float* out, const float* q, CacheView<Code> keys, int k
     }
 }
 
-// Where AVX-512 holds the 4 x 4 accumulators of a key tile's chains in registers, queries go
-// four at a time, sharing each load of a key or value: a chunk's rows of one head, or one
-// position's query heads that share a kv head. Elsewhere (fewer, narrower registers) one by one.
+// Queries go four at a time, sharing each load (and widening) of a key or value, with their
+// accumulators in registers (decode_rows_head): on AVX-512 a chunk's rows of one head or one
+// position's query heads that share a kv head, on AVX2 the latter. Elsewhere one by one.
 constexpr int kDecodeRowBlock = 4;
 
 template <typename Code>
@@ -881,7 +886,9 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, Cach
                                 CacheView<Code> values, int value_stride, int first_pos, int rows, int heads,
                                 int kv_heads, int head_dim, int head_begin, int head_end) {
     check_heads(heads, kv_heads);
-    if (cpu_level() != CpuLevel::v4) {
+    // AVX2 takes a position's query heads together, a chunk's rows one by one: four rows of a
+    // chunk kept their accumulators on the stack there and ran slower than one.
+    if (cpu_level() == CpuLevel::baseline || (cpu_level() == CpuLevel::v3 && rows > 1)) {
         for (int i = 0; i < rows; ++i)
             decode_head_by_head(out + static_cast<ptrdiff_t>(i) * row_stride, q + static_cast<ptrdiff_t>(i) * row_stride,
                                 keys, key_stride, values, value_stride, first_pos + i, heads, kv_heads, head_dim,
@@ -950,7 +957,11 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, Cach
             }
         }
     };
-    run_at_v4(by_blocks);
+    if (cpu_level() == CpuLevel::v4) {
+        run_at_v4(by_blocks);
+    } else {
+        run_at_v3(by_blocks);
+    }
 }
 
 }  // namespace
