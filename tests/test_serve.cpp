@@ -422,6 +422,16 @@ TEST(Serve, MalformedRequestsGetOpenAIErrorsWith4xx) {
         {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
         {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "hi"}]})", 400, "messages"},
         {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 3}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "assistant", "content": null}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": []}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"text": "hi"}]}]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", 400,
+         "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": ["hi"]}]})", 400, "messages"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", 400,
+         "messages"},
         {"/tokenize", R"({"text": "a"})", 400, "content"},
         {"/detokenize", R"({"tokens": [1, 256]})", 400, "tokens"},
         {"/detokenize", R"({"tokens": "1"})", 400, "tokens"},
@@ -513,6 +523,18 @@ TEST(Serve, CompletionsAndTheirStreamsGiveGeneratesText) {
                       KvCacheType::f32, nullptr, {kChatTurnEnd});
     EXPECT_EQ(reply["choices"][0]["message"]["content"], json::parse(dump_json(chat_expected.text)));
     EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant");
+}
+
+// Chat UIs and agent frameworks send a message's content as text parts, and newer OpenAI
+// clients name the system role "developer": both render as the plain forms do.
+TEST(Serve, TextPartsAndTheDeveloperRoleRenderAsThePlainForms) {
+    const json plain = json::parse(R"([{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": "Hello\nthere"}])");
+    const json parts = json::parse(R"([{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                                      {"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                                                   {"type": "text", "text": "there"}]}])");
+    EXPECT_EQ(apply_chat_template(plain), "<|system|>\nBe brief.\n<|user|>\nHello\nthere\n<|assistant|>\n");
+    EXPECT_EQ(apply_chat_template(parts), apply_chat_template(plain));
 }
 
 namespace {

@@ -168,6 +168,33 @@ std::vector<std::vector<int32_t>> completion_prompts(const nlohmann::json& body,
 
 }  // namespace
 
+namespace {
+
+// A message's text: its content string, or its array of text parts ({"type": "text", "text":
+// ...}, the form chat UIs and agent frameworks send) joined by newlines, as llama-server joins
+// them for a template that takes a string.
+std::string message_text(const nlohmann::json& content) {
+    const char* expected = "each message's 'content' must be a string or an array of {\"type\": \"text\", \"text\": ...} parts";
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array() || content.empty()) throw invalid(expected, "messages");
+    std::string text;
+    for (const nlohmann::json& part : content) {
+        if (!part.is_object()) throw invalid(expected, "messages");
+        const auto type = part.find("type"), part_text = part.find("text");
+        if (type != part.end() && type->is_string() && *type != "text")
+            throw invalid("a message part of type " + echoed(type->get<std::string>()) +
+                              " is not supported: dqt serve reads text parts only",
+                          "messages");
+        if (type == part.end() || part_text == part.end() || !part_text->is_string())
+            throw invalid(expected, "messages");
+        if (&part != &content.front()) text += "\n";
+        text += part_text->get<std::string>();
+    }
+    return text;
+}
+
+}  // namespace
+
 std::string apply_chat_template(const nlohmann::json& messages) {
     if (!messages.is_array() || messages.empty())
         throw invalid("'messages' must be a non-empty array of {role, content} objects", "messages");
@@ -176,11 +203,13 @@ std::string apply_chat_template(const nlohmann::json& messages) {
         if (!m.is_object()) throw invalid("each message must be an object with 'role' and 'content'", "messages");
         const auto role = m.find("role"), content = m.find("content");
         if (role == m.end() || !role->is_string() ||
-            (*role != "system" && *role != "user" && *role != "assistant"))
-            throw invalid("each message's 'role' must be \"system\", \"user\" or \"assistant\"", "messages");
-        if (content == m.end() || !content->is_string())
-            throw invalid("each message's 'content' must be a string", "messages");
-        prompt += "<|" + role->get<std::string>() + "|>\n" + content->get<std::string>() + "\n";
+            (*role != "system" && *role != "developer" && *role != "user" && *role != "assistant"))
+            throw invalid("each message's 'role' must be \"system\" (or \"developer\"), \"user\" or \"assistant\"",
+                          "messages");
+        if (content == m.end()) throw invalid("each message needs a 'content'", "messages");
+        // "developer" is OpenAI's newer name for the system role.
+        const std::string name = *role == "developer" ? "system" : role->get<std::string>();
+        prompt += "<|" + name + "|>\n" + message_text(*content) + "\n";
     }
     return prompt + "<|assistant|>\n";
 }

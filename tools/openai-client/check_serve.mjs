@@ -1,7 +1,8 @@
 // Drives a running `dqt serve` with OpenAI's own Node client (npm `openai`), as an application
-// would: lists the models, asks for a completion and a chat answer, streams both, asks for a
-// chat answer's logprobs and scores a batch of two prompts (echo with logprobs), and checks that
-// a malformed request comes back as the client's APIError with a 4xx status.
+// would: lists the models, asks for a completion and a chat answer, streams both, sends a chat
+// as text parts, asks for a chat answer's logprobs and scores a batch of two prompts (echo with
+// logprobs), and checks that a malformed request comes back as the client's APIError with a 4xx
+// status.
 //   npm install --prefix tools/openai-client && node tools/openai-client/check_serve.mjs http://127.0.0.1:8080/v1
 import OpenAI from "openai";
 
@@ -30,6 +31,13 @@ const chatStream = await client.chat.completions.create({ model, messages: [{ ro
 for await (const chunk of chatStream) chatStreamed += chunk.choices[0]?.delta?.content ?? "";
 if (chatStreamed !== chat.choices[0].message.content) fail(`the chat stream gave ${JSON.stringify(chatStreamed)}`);
 console.log("streamed chat: the same text");
+
+// The forms chat UIs and agent frameworks send: content as text parts, the system role as "developer".
+const asStrings = [{ role: "system", content: "Brief." }, { role: "user", content: "Hi." }];
+const asParts = [{ role: "developer", content: [{ type: "text", text: "Brief." }] }, { role: "user", content: [{ type: "text", text: "Hi." }] }];
+const [fromStrings, fromParts] = await Promise.all([asStrings, asParts].map((messages) => client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0 })));
+if (fromParts.choices[0].message.content !== fromStrings.choices[0].message.content) fail(`text parts gave ${JSON.stringify(fromParts.choices[0].message.content)}`);
+console.log("chat from text parts and a developer message: the same text");
 
 const scored = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Say something." }], max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
 const tokens = scored.choices[0].logprobs?.content ?? fail("no logprobs in a chat answer that asked for them");
