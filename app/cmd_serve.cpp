@@ -25,6 +25,7 @@ struct ServeArgs {
     EngineOptions engine;
     std::string kv_cache = "f32";
     std::string ternary_layout = "auto";
+    std::vector<std::string> allowed_origins;
 };
 
 // The id clients name the model by: the file's name without its extension, or the run
@@ -57,6 +58,16 @@ void add_serve_command(CLI::App& app) {
     command->add_option("--context", args->engine.context, "positions of each slot's KV cache (0 = the model's)")
         ->check(non_negative_whole_number())
         ->capture_default_str();
+    command->add_option("--allow-origin", args->allowed_origins,
+                        "answer cross-origin requests from this browser origin (e.g. http://localhost:3000; * for "
+                        "any; repeatable; default: none)")
+        ->check(CLI::Validator(
+            [](std::string& origin) {
+                return origin.empty() || origin.find_first_of(" \t\r\n") != std::string::npos
+                           ? std::string("an origin is a scheme, host and port such as http://localhost:3000, or *")
+                           : std::string();
+            },
+            "ORIGIN"));
     add_kv_cache_flag(*command, args->kv_cache);
     add_ternary_layout_flag(*command, args->ternary_layout);
     add_threads_flag(*command, args->threads);
@@ -84,7 +95,7 @@ void add_serve_command(CLI::App& app) {
         const InferenceModel& model = *loaded.model;
         Engine engine(model, *loaded.tokenizer, args->engine);
         const std::string name = args->name.empty() ? default_model_name(args->model) : args->name;
-        ApiServer server(engine, *loaded.tokenizer, loaded.special, name);
+        ApiServer server(engine, *loaded.tokenizer, loaded.special, name, args->allowed_origins);
 
         const int port = server.bind(args->host, args->port);
         std::thread on_signal([&] {

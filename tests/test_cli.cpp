@@ -218,6 +218,7 @@ TEST(Cli, CorruptCheckpointsAreRefused) {
     expect_one_line_error(run_dqt("serve " + checkpoint + " --parallel 0"), "--parallel");
     expect_one_line_error(run_dqt("serve " + checkpoint + " --context 99"), "--context must be from 2 to the model's 32");
     expect_one_line_error(run_dqt("serve " + checkpoint + " --host 203.0.113.7 --port 0"), "cannot listen on 203.0.113.7");
+    expect_one_line_error(run_dqt("serve " + checkpoint + " --allow-origin \"\""), "--allow-origin: an origin is");
     // More tokens than the context holds: generation stops at the context and says so.
     const CommandResult long_request = run_dqt("generate " + checkpoint + " --prompt Our --tokens 1000");
     EXPECT_EQ(long_request.exit_code, 0) << long_request.output;

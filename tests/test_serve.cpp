@@ -274,9 +274,9 @@ struct RunningServer {
     ApiServer server;
     int port = 0;
     std::thread thread;
-    explicit RunningServer(int parallel, const TestModel& m = test_model())
+    explicit RunningServer(int parallel, const TestModel& m = test_model(), std::vector<std::string> origins = {})
         : engine(*m.model, *m.tokenizer, EngineOptions{parallel, 0, 0, KvCacheType::f32}),
-          server(engine, *m.tokenizer, SpecialTokens{}, "tiny") {
+          server(engine, *m.tokenizer, SpecialTokens{}, "tiny", std::move(origins)) {
         port = server.bind("127.0.0.1", 0);
         thread = std::thread([this] { server.serve(); });
     }
@@ -837,6 +837,57 @@ TEST(Serve, AClientThatStopsWaitingForAWholeAnswerFreesItsSlot) {
     const auto next = s.client().Post("/v1/completions", R"({"prompt": "again", "max_tokens": 3})", "application/json");
     ASSERT_TRUE(next);
     EXPECT_EQ(next->status, 200);
+}
+
+TEST(Serve, RetrievesItsModelById) {
+    RunningServer s(1);
+    auto c = s.client();
+    const auto ours = c.Get("/v1/models/tiny");
+    ASSERT_TRUE(ours);
+    EXPECT_EQ(ours->status, 200);
+    EXPECT_EQ(json::parse(ours->body)["id"], "tiny");
+    const auto other = c.Get("/v1/models/other");
+    ASSERT_TRUE(other);
+    EXPECT_EQ(other->status, 404);
+    EXPECT_EQ(json::parse(other->body)["error"]["param"], "model");
+}
+
+// A browser page on another origin gets CORS answers only for the origins the server was
+// started with, and none by default.
+TEST(Serve, CrossOriginRequestsAreAnsweredOnlyForAllowedOrigins) {
+    const httplib::Headers from_ui = {{"Origin", "http://localhost:3000"}};
+    const httplib::Headers from_elsewhere = {{"Origin", "http://elsewhere.example"}};
+    const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+    {
+        RunningServer s(1);
+        auto c = s.client();
+        const auto preflight = c.Options("/v1/completions", from_ui);
+        ASSERT_TRUE(preflight);
+        EXPECT_EQ(preflight->status, 404);
+        const auto post = c.Post("/v1/completions", from_ui, body, "application/json");
+        ASSERT_TRUE(post);
+        EXPECT_EQ(post->status, 200);
+        EXPECT_FALSE(post->has_header("Access-Control-Allow-Origin"));
+    }
+    RunningServer s(1, test_model(), {"http://localhost:3000"});
+    auto c = s.client();
+    const auto preflight = c.Options("/v1/chat/completions", from_ui);
+    ASSERT_TRUE(preflight);
+    EXPECT_EQ(preflight->status, 204);
+    EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
+    EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Content-Type"), std::string::npos);
+    const auto refused = c.Options("/v1/chat/completions", from_elsewhere);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 403);
+    EXPECT_FALSE(refused->has_header("Access-Control-Allow-Origin"));
+    EXPECT_TRUE(json::parse(refused->body).contains("error"));
+    const auto post = c.Post("/v1/completions", from_ui, body, "application/json");
+    ASSERT_TRUE(post);
+    EXPECT_EQ(post->status, 200);
+    EXPECT_EQ(post->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
+    const auto foreign_post = c.Post("/v1/completions", from_elsewhere, body, "application/json");
+    ASSERT_TRUE(foreign_post);
+    EXPECT_FALSE(foreign_post->has_header("Access-Control-Allow-Origin"));
 }
 
 TEST(Serve, ABusyServerAnswers503WithRetryAfter) {

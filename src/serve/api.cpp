@@ -195,6 +195,11 @@ std::string message_text(const nlohmann::json& content) {
 
 }  // namespace
 
+ApiError unknown_model(const std::string& requested, const std::string& served) {
+    return ApiError(404, "invalid_request_error",
+                    "The model " + echoed(requested) + " does not exist: this server serves " + echoed(served), "model");
+}
+
 std::string apply_chat_template(const nlohmann::json& messages) {
     if (!messages.is_array() || messages.empty())
         throw invalid("'messages' must be a non-empty array of {role, content} objects", "messages");
@@ -225,11 +230,7 @@ CompletionCall parse_completion_request(const std::string& text, bool chat, cons
     }
     if (!body.is_object()) throw invalid("the request body must be a JSON object");
     if (const nlohmann::json* model = field(body, "model", [](const auto& v) { return v.is_string(); }, "a string")) {
-        if (*model != model_name)
-            throw ApiError(404, "invalid_request_error",
-                           "The model " + echoed(model->get<std::string>()) +
-                               " does not exist: this server serves " + echoed(model_name),
-                           "model");
+        if (*model != model_name) throw unknown_model(model->get<std::string>(), model_name);
     }
     if (const nlohmann::json* n = field(body, "n", is_integer, "an integer"); n && *n != 1)
         throw invalid("'n' must be 1: one choice per prompt", "n");

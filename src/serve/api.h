@@ -46,8 +46,12 @@ struct ChoiceResult {
 
 // The prompt of `messages` under dqt's chat template (data/chat_template.h, docs/serve.md):
 // "<|user|>\n...\n" per message, then "<|assistant|>\n"; ApiError (400) for messages that
-// are not a non-empty array of {role: system|user|assistant, content: string}.
+// are not a non-empty array of {role: system|developer|user|assistant, content: a string or
+// text parts}.
 std::string apply_chat_template(const nlohmann::json& messages);
+
+// The 404 for a model id this server does not serve (`served`).
+ApiError unknown_model(const std::string& requested, const std::string& served);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; ApiError (400, or 404
 // for a model this server does not serve) for anything malformed or out of range. A text

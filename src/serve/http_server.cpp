@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -91,6 +92,35 @@ void send_error(httplib::Response& res, const ApiError& error) {
     send_json(res, error.status(), error.body());
 }
 
+// Cross-origin requests from a browser page (a chat UI served from another origin): answered
+// for the origins given, "*" for any. None by default: with CORS on, any web page the browser
+// opens may use the server, and a server on 127.0.0.1 is then reachable from the web.
+void allow_origins(httplib::Server& http, const std::vector<std::string>& origins) {
+    if (origins.empty()) return;
+    const auto allowed = [origins](const httplib::Request& req) {
+        const std::string origin = req.get_header_value("Origin");
+        return !origin.empty() && std::any_of(origins.begin(), origins.end(), [&](const std::string& o) {
+            return o == "*" || o == origin;
+        });
+    };
+    // The preflight a browser sends before a JSON POST.
+    http.Options(".*", [allowed](const httplib::Request& req, httplib::Response& res) {
+        if (!allowed(req))
+            return send_error(res, ApiError(403, "invalid_request_error",
+                                            "origin " + quote_untrusted(req.get_header_value("Origin"), 64) +
+                                                " is not allowed: start dqt serve with --allow-origin naming it"));
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+        res.set_header("Access-Control-Max-Age", "600");
+    });
+    http.set_post_routing_handler([allowed](const httplib::Request& req, httplib::Response& res) {
+        if (!allowed(req)) return;
+        res.set_header("Access-Control-Allow-Origin", req.get_header_value("Origin"));
+        res.set_header("Vary", "Origin");
+    });
+}
+
 int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();
@@ -142,11 +172,13 @@ std::string server_sent_events(const CompletionCall& call, const std::string& id
 
 }  // namespace
 
-ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name)
+ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name,
+                     std::vector<std::string> allowed_origins)
     : engine_(engine),
       tokenizer_(tokenizer),
       special_(std::move(special)),
       model_name_(std::move(model_name)),
+      allowed_origins_(std::move(allowed_origins)),
       http_(std::make_unique<httplib::Server>()) {
     httplib::Server& http = *http_;
     // One handler thread per request a client may hold open, every slot and queue place, and
@@ -166,15 +198,20 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
         send_json(res, 200, {{"status", "ok"}, {"slots", engine_.parallel()}, {"slots_busy", engine_.live()},
                              {"queued", engine_.waiting()}, {"cancelled", engine_.cancelled()}});
     });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        send_json(res, 200,
-                  {{"object", "list"},
-                   {"data", nlohmann::json::array({{{"id", model_name_},
-                                                    {"object", "model"},
-                                                    {"created", 0},
-                                                    {"owned_by", "dqt"},
-                                                    {"context_length", engine_.context()}}})}});
+    const nlohmann::json model_object = {{"id", model_name_},
+                                         {"object", "model"},
+                                         {"created", 0},
+                                         {"owned_by", "dqt"},
+                                         {"context_length", engine_.context()}};
+    http.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
+        send_json(res, 200, {{"object", "list"}, {"data", nlohmann::json::array({model_object})}});
     });
+    // OpenAI's "retrieve model" (client.models.retrieve(id)).
+    http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+        if (req.matches[1] == model_name_) return send_json(res, 200, model_object);
+        send_error(res, unknown_model(req.matches[1], model_name_));
+    });
+    allow_origins(http, allowed_origins_);
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
                                   const httplib::ContentReader& reader) {
         try {
