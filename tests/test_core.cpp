@@ -12,6 +12,7 @@
 #include "core/cpu_cache.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "core/row_dealer.h"
 #include "core/spin_barrier.h"
 #include "test_helpers.h"
 
@@ -112,6 +113,47 @@ TEST(SpinBarrier, EveryWriteBeforeTheMeetingIsSeenAfterIt) {
     }
     EXPECT_GE(team_size.load(), 2) << "the runtime gave one thread: the barrier was not exercised";
     EXPECT_EQ(stale_reads.load(), 0);
+}
+
+// Phases of random sizes dealt to four threads that meet between phases, as the inference
+// team's products are: every row of every phase goes to exactly one thread, every claim but a
+// phase's last starts and ends on the alignment, and the dealer is never reset between phases.
+TEST(RowDealer, EachPhasesRowsAreDealtOnceOnAlignedCuts) {
+    constexpr int kThreads = 4, kPhases = 300, kAlign = 16;
+    std::vector<int> totals;
+    for (int p = 0; p < kPhases; ++p)
+        totals.push_back(1 + static_cast<int>(dqt::uniform01(7, 0, 0, static_cast<uint64_t>(p)) * 3000));
+    std::vector<std::vector<std::atomic<int>>> times_dealt;
+    for (int total : totals) times_dealt.emplace_back(static_cast<size_t>(total));
+    std::atomic<int> misaligned{0}, team_size{0};
+    SpinBarrier barrier;
+    RowDealer dealer;
+#pragma omp parallel num_threads(kThreads)
+    {
+#pragma omp single
+        {
+            barrier.set_threads(omp_get_num_threads());
+            team_size = omp_get_num_threads();
+            dealer.reset();
+        }
+        const int threads = omp_get_num_threads();
+        int64_t dealt = 0;
+        for (int p = 0; p < kPhases; ++p) {
+            const int total = totals[static_cast<size_t>(p)];
+            int begin = 0, end = 0;
+            while (dealer.claim(dealt, total, threads, kAlign, begin, end)) {
+                if (begin % kAlign != 0 || (end % kAlign != 0 && end != total) || end <= begin) ++misaligned;
+                for (int r = begin; r < end; ++r) ++times_dealt[static_cast<size_t>(p)][static_cast<size_t>(r)];
+            }
+            dealt += total;
+            barrier.arrive_and_wait();
+        }
+    }
+    EXPECT_GE(team_size.load(), 2) << "the runtime gave one thread: the dealing was not shared";
+    EXPECT_EQ(misaligned.load(), 0);
+    for (int p = 0; p < kPhases; ++p)
+        for (int r = 0; r < totals[static_cast<size_t>(p)]; ++r)
+            ASSERT_EQ(times_dealt[static_cast<size_t>(p)][static_cast<size_t>(r)].load(), 1) << "phase " << p << " row " << r;
 }
 
 TEST(CpuCache, ParsesSysfsSizes) {

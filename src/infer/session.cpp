@@ -332,6 +332,22 @@ void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, con
     }
 }
 
+void InferenceSession::multiply_dealt(std::initializer_list<LinearJob> jobs, const ProductInput& input,
+                                      ThreadPart& part) {
+    int total_rows = 0;
+    for (const LinearJob& job : jobs) total_rows += job.weight->rows;
+    int begin = 0, end = 0;
+    while (row_dealer_.claim(part.dealt, total_rows, part.threads, kShareAlign, begin, end)) {
+        int offset = 0;
+        for (const LinearJob& job : jobs) {
+            const int first = std::max(begin - offset, 0), last = std::min(end - offset, job.weight->rows);
+            if (first < last) multiply(*job.weight, input, job.out, block_rows_, first, last);
+            offset += job.weight->rows;
+        }
+    }
+    part.dealt += total_rows;
+}
+
 float* InferenceSession::value_rows(BlockValue value, RowScratch& rows) {
     switch (value) {
         case BlockValue::att: return att_.data();
@@ -447,8 +463,6 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
     part.threads = threads;
     part.kv_begin = share_begin(c.n_kv_heads, threads, thread, 1);
     part.kv_end = share_begin(c.n_kv_heads, threads, thread + 1, 1);
-    part.ffn_begin = share_begin(c.ffn_dim, threads, thread, kShareAlign);
-    part.ffn_end = share_begin(c.ffn_dim, threads, thread + 1, kShareAlign);
 
     model_.embedding.lookup(tokens + part.rows.first, part.rows.count(),
                             part.rows.scratch->x.data() + static_cast<size_t>(part.rows.first) * c.dim);
@@ -456,7 +470,7 @@ void InferenceSession::run_blocks(const int32_t* tokens, int n, bool split_rows,
         for (const BlockStep& step : block_) run_step(step, l, part);
 }
 
-void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPart& part) {
+void InferenceSession::run_step(const BlockStep& step, int layer, ThreadPart& part) {
     const ModelConfig& c = model_.config;
     const InferenceLayer& w = model_.layers[static_cast<size_t>(layer)];
     const RowShare& share = part.rows;
@@ -484,8 +498,7 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
                 multiply(wk, input, k_.data(), block_rows_, part.kv_begin * D, part.kv_end * D);
                 multiply(wv, input, v_.data(), block_rows_, part.kv_begin * D, part.kv_end * D);
             } else {
-                multiply_share({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, input, block_rows_, part.thread,
-                               part.threads);
+                multiply_dealt({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, input, part);
                 team_barrier_.arrive_and_wait();
             }
             attend(layer, part, out);
@@ -493,24 +506,27 @@ void InferenceSession::run_step(const BlockStep& step, int layer, const ThreadPa
             return;
         }
         case BlockOp::gated_linears: {
-            // Each thread its own columns of gate, up and out: the activation needs no meeting.
+            // Each dealt range of columns of gate, up and out whole: the activation needs no meeting.
             const InferenceLinear &w_gate = layer_linear(w, step.weights[0]), &w_up = layer_linear(w, step.weights[1]);
             const ProductInput input = prepare_input(step.in, w_gate, part);
-            multiply(w_gate, input, gate_.data(), block_rows_, part.ffn_begin, part.ffn_end);
-            multiply(w_up, input, up_.data(), block_rows_, part.ffn_begin, part.ffn_end);
-            for (int i = 0; i < n; ++i) {
-                const size_t row = static_cast<size_t>(i) * c.ffn_dim + part.ffn_begin;
-                gated_forward_serial(c.ffn_activation, out + row, gate_.data() + row, up_.data() + row,
-                                     part.ffn_end - part.ffn_begin);
+            int begin = 0, end = 0;
+            while (row_dealer_.claim(part.dealt, c.ffn_dim, part.threads, kShareAlign, begin, end)) {
+                multiply(w_gate, input, gate_.data(), block_rows_, begin, end);
+                multiply(w_up, input, up_.data(), block_rows_, begin, end);
+                for (int i = 0; i < n; ++i) {
+                    const size_t row = static_cast<size_t>(i) * c.ffn_dim + begin;
+                    gated_forward_serial(c.ffn_activation, out + row, gate_.data() + row, up_.data() + row,
+                                         end - begin);
+                }
             }
+            part.dealt += c.ffn_dim;
             team_barrier_.arrive_and_wait();
             return;
         }
         case BlockOp::residual_linear: {
             // out and the residual are both the stream (value_rows): the product adds in place.
             const InferenceLinear& weight = layer_linear(w, step.weights[0]);
-            multiply_share({{&weight, proj_.data()}}, prepare_input(step.in, weight, part), block_rows_, part.thread,
-                           part.threads);
+            multiply_dealt({{&weight, proj_.data()}}, prepare_input(step.in, weight, part), part);
             team_barrier_.arrive_and_wait();
             const size_t first = static_cast<size_t>(share.first) * c.dim;
             add_rows(out + first, proj_.data() + first, static_cast<size_t>(share.count()) * c.dim);
@@ -578,7 +594,10 @@ void InferenceSession::forward(const int32_t* tokens, int n) {
 #pragma omp parallel num_threads(team)
     {
 #pragma omp single
-        team_barrier_.set_threads(omp_get_num_threads());  // the runtime may give fewer than asked
+        {
+            team_barrier_.set_threads(omp_get_num_threads());  // the runtime may give fewer than asked
+            row_dealer_.reset();
+        }
         run_blocks(tokens, n, split_rows, omp_get_thread_num(), omp_get_num_threads());
     }
     run_head((split_rows ? shared_rows_ : per_thread_[0]).x.data());

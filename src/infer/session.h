@@ -25,6 +25,7 @@
 
 #include "core/float16.h"
 #include "core/memory.h"
+#include "core/row_dealer.h"
 #include "core/spin_barrier.h"
 #include "infer/inference_model.h"
 #include "kernels/int8_rows.h"
@@ -156,19 +157,19 @@ private:
     void reserve(int n, int head_rows, int team, bool split_rows);
     // One thread's part of the team's work: its rows of the elementwise work, its kv heads (their
     // q, k and v rows, and where the heads split evenly over the threads also their RoPE, cache
-    // writes and attention: see attend) and its columns of the feed-forward.
+    // writes and attention: see attend); the products' rows it runs are dealt as it goes.
     struct ThreadPart {
         RowShare rows;
         int n;  // token rows of the run
         int thread, threads;
         int kv_begin, kv_end;
-        int ffn_begin, ffn_end;
+        int64_t dealt = 0;  // rows row_dealer_ dealt before this thread's current phase
     };
     // Thread `thread` of `threads`: the blocks of the forward over the n new tokens, the
     // elementwise rows split over the threads (shared_rows_) or repeated by each (per_thread_).
     void run_blocks(const int32_t* tokens, int n, bool split_rows, int thread, int threads);
     // This thread's part of one step of the decoder block (model/decoder_block.h) in `layer`.
-    void run_step(const BlockStep& step, int layer, const ThreadPart& part);
+    void run_step(const BlockStep& step, int layer, ThreadPart& part);
     // Where a value of the block lives: the stream and the norms' outputs in the row scratch,
     // att and h in the team's shared buffers.
     float* value_rows(BlockValue value, RowScratch& rows);
@@ -209,6 +210,9 @@ private:
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
     void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input,
                         std::span<const ProductRows> rows, int thread, int threads) const;
+    // The jobs' weight rows (all jobs take `input`) that row_dealer_ deals this thread, one
+    // phase of the blocks' team.
+    void multiply_dealt(std::initializer_list<LinearJob> jobs, const ProductInput& input, ThreadPart& part);
     // The product's input: the value's rows, and this thread's share of them quantized to int8
     // when `product` runs on the integer kernels; split rows meet here, the input whole.
     ProductInput prepare_input(BlockValue value, const InferenceLinear& product, const ThreadPart& part);
@@ -236,6 +240,7 @@ private:
     std::vector<ProductRows> head_rows_;   // the head's rows as its dense product takes them
     std::vector<int32_t> batch_tokens_;  // run_batch: the parts' tokens, in row order
     SpinBarrier team_barrier_;  // where run_blocks' threads meet
+    RowDealer row_dealer_;      // deals run_blocks' products' rows to its threads
     int capacity_ = 0;          // tokens the blocks' scratch below holds
     int head_capacity_ = 0;     // rows the head's scratch below holds
     std::vector<RowScratch> per_thread_;  // one per thread of the team
