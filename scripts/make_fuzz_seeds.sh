@@ -74,4 +74,6 @@ printf '{"prompt": "Fellow citizens", "messages": [{"role": "user", "content": "
   > "$seeds/api_request/minimal.json"
 printf '%s\n' '{"model": "tiny", "prompt": "caf\u00e9 \ud83d\ude42", "messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}], "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 3, "stop": ["\n", "."], "stream": true, "n": 1, "frequency_penalty": 0, "logprobs": false, "top_logprobs": 0}' \
   > "$seeds/api_request/every_field.json"
+printf '%s\n' '{"prompt": "Hello", "messages": [{"role": "developer", "content": [{"type": "text", "text": "Brief."}]}, {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]}], "max_completion_tokens": 4}' \
+  > "$seeds/api_request/text_parts.json"
 du -b "$seeds"/*/* | sort -k2
