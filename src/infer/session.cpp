@@ -322,8 +322,12 @@ void InferenceSession::multiply_share(std::initializer_list<LinearJob> jobs, con
                                       std::span<const ProductRows> rows, int thread, int threads) const {
     int total_rows = 0;
     for (const LinearJob& job : jobs) total_rows += job.weight->rows;
-    const int begin = share_begin(total_rows, threads, thread, kShareAlign);
-    const int end = share_begin(total_rows, threads, thread + 1, kShareAlign);
+    multiply_jobs_rows(jobs, input, rows, share_begin(total_rows, threads, thread, kShareAlign),
+                       share_begin(total_rows, threads, thread + 1, kShareAlign));
+}
+
+void InferenceSession::multiply_jobs_rows(std::initializer_list<LinearJob> jobs, const ProductInput& input,
+                                          std::span<const ProductRows> rows, int begin, int end) const {
     int offset = 0;
     for (const LinearJob& job : jobs) {
         const int job_rows = job.weight->rows;
@@ -337,14 +341,8 @@ void InferenceSession::multiply_dealt(std::initializer_list<LinearJob> jobs, con
     int total_rows = 0;
     for (const LinearJob& job : jobs) total_rows += job.weight->rows;
     int begin = 0, end = 0;
-    while (row_dealer_.claim(part.dealt, total_rows, part.threads, kShareAlign, begin, end)) {
-        int offset = 0;
-        for (const LinearJob& job : jobs) {
-            const int first = std::max(begin - offset, 0), last = std::min(end - offset, job.weight->rows);
-            if (first < last) multiply(*job.weight, input, job.out, block_rows_, first, last);
-            offset += job.weight->rows;
-        }
-    }
+    while (row_dealer_.claim(part.dealt, total_rows, part.threads, kShareAlign, begin, end))
+        multiply_jobs_rows(jobs, input, block_rows_, begin, end);
     part.dealt += total_rows;
 }
 

@@ -207,6 +207,10 @@ private:
     // Rows of a dense product's gemm, and of a half linear's widening: 64 x 2,560 floats (a 2B
     // model's head) are 640 KiB.
     static constexpr int kDenseBlockRows = 64;
+    // Rows [begin, end) of the jobs' weight rows counted across the jobs in order (all jobs take
+    // `input`); a job outside the range runs an empty range.
+    void multiply_jobs_rows(std::initializer_list<LinearJob> jobs, const ProductInput& input,
+                            std::span<const ProductRows> rows, int begin, int end) const;
     // This thread's even share of the jobs' weight rows (all jobs take `input`).
     void multiply_share(std::initializer_list<LinearJob> jobs, const ProductInput& input,
                         std::span<const ProductRows> rows, int thread, int threads) const;

@@ -166,10 +166,6 @@ std::vector<std::vector<int32_t>> completion_prompts(const nlohmann::json& body,
     return prompts;
 }
 
-}  // namespace
-
-namespace {
-
 // A message's text: its content string, or its array of text parts ({"type": "text", "text":
 // ...}, the form chat UIs and agent frameworks send) joined by newlines, as llama-server joins
 // them for a template that takes a string.

@@ -173,12 +173,11 @@ std::string server_sent_events(const CompletionCall& call, const std::string& id
 }  // namespace
 
 ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name,
-                     std::vector<std::string> allowed_origins)
+                     const std::vector<std::string>& allowed_origins)
     : engine_(engine),
       tokenizer_(tokenizer),
       special_(std::move(special)),
       model_name_(std::move(model_name)),
-      allowed_origins_(std::move(allowed_origins)),
       http_(std::make_unique<httplib::Server>()) {
     httplib::Server& http = *http_;
     // One handler thread per request a client may hold open, every slot and queue place, and
@@ -211,7 +210,7 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens s
         if (req.matches[1] == model_name_) return send_json(res, 200, model_object);
         send_error(res, unknown_model(req.matches[1], model_name_));
     });
-    allow_origins(http, allowed_origins_);
+    allow_origins(http, allowed_origins);
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
                                   const httplib::ContentReader& reader) {
         try {

@@ -25,7 +25,7 @@ public:
     // model_name: the id /v1/models lists and requests may name. allowed_origins: the browser
     // origins answered with CORS headers ("*": any; none: no CORS).
     ApiServer(Engine& engine, const Tokenizer& tokenizer, SpecialTokens special, std::string model_name,
-              std::vector<std::string> allowed_origins = {});
+              const std::vector<std::string>& allowed_origins = {});
     ~ApiServer();
     // Binds host:port (port 0: any free port); dqt::Error naming the address when it cannot.
     // Returns the bound port.
@@ -39,7 +39,6 @@ private:
     const Tokenizer& tokenizer_;
     const SpecialTokens special_;
     const std::string model_name_;
-    const std::vector<std::string> allowed_origins_;
     std::unique_ptr<httplib::Server> http_;
     int listening_socket_ = -1;
 };
