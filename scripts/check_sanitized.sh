@@ -12,10 +12,15 @@ cd "$(dirname "$0")/.."
 kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(address thread)
 jobs=$(nproc)
+# Line tables (-g1) rather than full debug information: a sanitizer's report needs only file and
+# line, and without variable locations the builds ran about a quarter faster (test_serve.cpp 56
+# against 74 s under ASan + UBSan on a Zen 3); the CI's time limit is what this spends.
+line_tables=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
 
 run_address() {
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDQT_SANITIZE=address > /dev/null
-  cmake --build build-asan -j"$jobs" > build-asan/build.log 2>&1 ||
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "${line_tables[@]}" -DDQT_SANITIZE=address > /dev/null
+  # The suite and the dqt binary it runs; not the benchmarks, which no test runs.
+  cmake --build build-asan -j"$jobs" --target dqt_tests > build-asan/build.log 2>&1 ||
     { tail -30 build-asan/build.log; echo "check_sanitized: the ASan build failed (build-asan/build.log)" >&2; return 1; }
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   local asan=check_initialization_order=1:strict_init_order=1
@@ -36,7 +41,7 @@ run_thread() {
   local archer
   archer=$(find /usr/lib/llvm-*/lib -name libarcher.so 2> /dev/null | sort -V | tail -1)
   [ -n "$archer" ] || { echo "check_sanitized: libarcher.so missing: apt-get install libomp-dev" >&2; return 1; }
-  CC=clang CXX=clang++ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDQT_SANITIZE=thread > /dev/null
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "${line_tables[@]}" -DDQT_SANITIZE=thread > /dev/null
   cmake --build build-tsan -j"$jobs" --target dqt_tests > build-tsan/build.log 2>&1 ||
     { tail -30 build-tsan/build.log; echo "check_sanitized: the TSan build failed (build-tsan/build.log)" >&2; return 1; }
   local threaded='Gemm.*:TernaryMatmul.*:Int8Matmul.*:Kernel*:Inference.*:Sampling.*'

@@ -375,7 +375,7 @@ template <typename Part>
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// Not always_inline: decode_head is generic code; run_at_v4 and run_at_v3 flatten it in. The
+// Not always_inline: decode_head is generic code; the levels' entries flatten it in. The
 // baseline level has no conversion instruction: an fp16 cache is widened before decode there.
 __attribute__((target("avx512f"))) inline void load_part(Wide& part, const Float16* p) {
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -568,9 +568,9 @@ template <typename Part, int R, int Step, int Chains, typename Cache>
                                                     int n_first, int d0, int head_dim, NextRun& next_values) {
     Part acc[R][Chains] = {};
     // Keys 0 .. n_first - 1 for every row, then the keys only the later rows reach (Step 1), each
-    // row's in order. One loop, no lambdas: split in two, or with a lambda that the flatten of
-    // run_at_v4 did not inline, an ASan build contracted a multiply-add differently from
-    // decode's and changed the bits.
+    // row's in order. One loop, no lambdas: split in two, or with a lambda that the level's
+    // flatten did not inline, an ASan build contracted a multiply-add differently from decode's
+    // and changed the bits.
     for (int j = 0; j < n_first + Step * (R - 1); ++j) {
         next_values.prefetch_line();
         Part values[Chains];
@@ -691,6 +691,31 @@ void run_at_cpu_level(F&& f) {
         case CpuLevel::v4: run_at_v4(f); break;
         case CpuLevel::v3: run_at_v3(f); break;
         case CpuLevel::baseline: run_at_baseline(f); break;
+    }
+}
+
+// decode_rows_head compiled for one level and one block shape (R rows, Step) per function:
+// flattened into one function per level with all its shapes, as run_at_v4 does, it made
+// attention.cpp the longest compile of every checked build (525 s under clang's ASan + UBSan +
+// fuzzing coverage, the long pole of the fuzz build). Cloned or not, each entry keeps its
+// target, so no shape falls back to the baseline level's arithmetic.
+template <int R, int Step, typename... Args>
+__attribute__((target("arch=x86-64-v4"), flatten)) void decode_rows_at_v4(Args... args) {
+    decode_rows_head<Wide, R, Step>(args...);
+}
+
+template <int R, int Step, typename... Args>
+__attribute__((target("arch=x86-64-v3"), flatten)) void decode_rows_at_v3(Args... args) {
+    decode_rows_head<Half, R, Step>(args...);
+}
+
+template <typename Part, int R, int Step, typename... Args>
+void decode_rows_at(Args... args) {
+    static_assert(std::is_same_v<Part, Wide> || std::is_same_v<Part, Half>, "rows together: AVX-512 or AVX2");
+    if constexpr (std::is_same_v<Part, Wide>) {
+        decode_rows_at_v4<R, Step>(args...);
+    } else {
+        decode_rows_at_v3<R, Step>(args...);
     }
 }
 
@@ -920,9 +945,6 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, Cach
         const char* values_at = bytes(head_values(kv_head));
         return NextHead{{keys_at, keys_at + key_bytes}, {values_at, values_at + value_bytes}};
     };
-    // The blocks' lambdas are always_inline: where GCC cloned one (IPA constant propagation)
-    // instead, run_at_v4's flatten did not reach the clone, which then ran at the baseline level
-    // (no FMA) and changed decode's bits.
     auto by_blocks = [&](auto part) {
         using Part = typename decltype(part)::type;
         if (rows == 1) {
@@ -935,32 +957,37 @@ void attention_decode_rows_from(float* out, const float* q, int row_stride, Cach
                 // "An int8 KV cache against context"). A call's last kv head has none to fetch.
                 const bool next_head = h + block < head_end && (h + block) / group != kv_head;
                 const NextHead next = next_head ? runs_of(kv_head + 1) : NextHead{};
-                with_constant<kDecodeRowBlock>(block, [&](auto heads_together) __attribute__((always_inline)) {
-                    decode_rows_head<Part, heads_together(), 0>(
-                        out + offset, q + offset, head_dim, key_tiles(kv_head), head_values(kv_head), head_dim,
-                        scales(kv_head), first_pos, head_dim, scale, scores.data(), probs.data(), probs_stride, next);
+                with_constant<kDecodeRowBlock>(block, [&](auto heads_together) {
+                    decode_rows_at<Part, heads_together(), 0>(
+                        out + offset, q + offset, static_cast<ptrdiff_t>(head_dim), key_tiles(kv_head),
+                        head_values(kv_head), static_cast<ptrdiff_t>(head_dim), scales(kv_head), first_pos, head_dim,
+                        scale, scores.data(), probs.data(), probs_stride, next);
                 });
                 h += block;
             }
             return;
         }
-        for (int h = head_begin; h < head_end; ++h) {
-            const ptrdiff_t kv_head = h / group;
-            for (int i = 0; i < rows; i += kDecodeRowBlock) {
-                const ptrdiff_t offset = static_cast<ptrdiff_t>(i) * row_stride + static_cast<ptrdiff_t>(h) * head_dim;
-                with_constant<kDecodeRowBlock>(rows - i, [&](auto block) __attribute__((always_inline)) {
-                    decode_rows_head<Part, block(), 1>(out + offset, q + offset, row_stride, key_tiles(kv_head),
-                                                       head_values(kv_head), head_dim, scales(kv_head),
-                                                       first_pos + i, head_dim, scale, scores.data(), probs.data(),
-                                                       probs_stride, NextHead{});
-                });
+        // A chunk's rows together: AVX-512 only (AVX2 returned above).
+        if constexpr (std::is_same_v<Part, Wide>) {
+            for (int h = head_begin; h < head_end; ++h) {
+                const ptrdiff_t kv_head = h / group;
+                for (int i = 0; i < rows; i += kDecodeRowBlock) {
+                    const ptrdiff_t offset = static_cast<ptrdiff_t>(i) * row_stride + static_cast<ptrdiff_t>(h) * head_dim;
+                    with_constant<kDecodeRowBlock>(rows - i, [&](auto block) {
+                        decode_rows_at<Part, block(), 1>(out + offset, q + offset, static_cast<ptrdiff_t>(row_stride),
+                                                         key_tiles(kv_head), head_values(kv_head),
+                                                         static_cast<ptrdiff_t>(head_dim), scales(kv_head),
+                                                         first_pos + i, head_dim, scale, scores.data(), probs.data(),
+                                                         probs_stride, NextHead{});
+                    });
+                }
             }
         }
     };
     if (cpu_level() == CpuLevel::v4) {
-        run_at_v4(by_blocks);
+        by_blocks(PartOf<Wide>());
     } else {
-        run_at_v3(by_blocks);
+        by_blocks(PartOf<Half>());
     }
 }
 
