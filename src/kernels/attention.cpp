@@ -694,28 +694,18 @@ void run_at_cpu_level(F&& f) {
     }
 }
 
-// decode_rows_head compiled for one level and one block shape (R rows, Step) per function:
-// flattened into one function per level with all its shapes, as run_at_v4 does, it made
-// attention.cpp the longest compile of every checked build (525 s under clang's ASan + UBSan +
-// fuzzing coverage, the long pole of the fuzz build). Cloned or not, each entry keeps its
-// target, so no shape falls back to the baseline level's arithmetic.
-template <int R, int Step, typename... Args>
-__attribute__((target("arch=x86-64-v4"), flatten)) void decode_rows_at_v4(Args... args) {
-    decode_rows_head<Wide, R, Step>(args...);
-}
-
-template <int R, int Step, typename... Args>
-__attribute__((target("arch=x86-64-v3"), flatten)) void decode_rows_at_v3(Args... args) {
-    decode_rows_head<Half, R, Step>(args...);
-}
-
+// decode_rows_head for one block shape (R rows, Step), compiled for Part's level: one flattened
+// function per shape. All of a level's shapes flattened into one function made attention.cpp the
+// longest compile of every checked build (525 s under clang's ASan + UBSan + fuzzing coverage,
+// the long pole of the fuzz build).
 template <typename Part, int R, int Step, typename... Args>
 void decode_rows_at(Args... args) {
+    auto decode = [&](auto part) { decode_rows_head<typename decltype(part)::type, R, Step>(args...); };
     static_assert(std::is_same_v<Part, Wide> || std::is_same_v<Part, Half>, "rows together: AVX-512 or AVX2");
     if constexpr (std::is_same_v<Part, Wide>) {
-        decode_rows_at_v4<R, Step>(args...);
+        run_at_v4(decode);
     } else {
-        decode_rows_at_v3<R, Step>(args...);
+        run_at_v3(decode);
     }
 }
 
