@@ -375,7 +375,7 @@ template <typename Part>
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// Not always_inline: decode_head is generic code; the levels' entries flatten it in. The
+// Not always_inline: decode_head is generic code; run_at_v4 and run_at_v3 flatten it in. The
 // baseline level has no conversion instruction: an fp16 cache is widened before decode there.
 __attribute__((target("avx512f"))) inline void load_part(Wide& part, const Float16* p) {
     const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
