@@ -68,10 +68,12 @@ ModelConfig read_config(const nlohmann::json& j, const std::string& path, bool s
     if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
         require(c.dim % c.n_heads == 0, path + ": hidden_size " + std::to_string(c.dim) +
                                             " is not a multiple of num_attention_heads " + std::to_string(c.n_heads));
-        // Compared by division: a crafted head_dim times the head count overflows.
-        require(j.at("head_dim").is_number_integer() && j.at("head_dim").get<int64_t>() == c.dim / c.n_heads,
-                path + ": head_dim must be hidden_size / num_attention_heads (" +
-                    std::to_string(c.dim / c.n_heads) + "), got " + quote_untrusted(j.at("head_dim").dump()));
+        // Compared with the quotient: a crafted head_dim times the head count overflows.
+        const nlohmann::json& head_dim = j.at("head_dim");
+        const int expected_head_dim = c.dim / c.n_heads;
+        require(head_dim.is_number_integer() && head_dim.get<int64_t>() == expected_head_dim,
+                path + ": head_dim must be hidden_size / num_attention_heads (" + std::to_string(expected_head_dim) +
+                    "), got " + quote_untrusted(head_dim.dump()));
     }
     const std::string act = j.contains("hidden_act") && j.at("hidden_act").is_string() ? j.at("hidden_act").get<std::string>()
                                                                                       : "silu";
