@@ -14,12 +14,16 @@ namespace dqt::cli {
 
 namespace {
 
-// A folder that is not a Hugging Face model's would otherwise be read as a checkpoint file and
-// refused as "not a regular file".
-void refuse_other_folder(const std::string& path) {
-    require(!std::filesystem::is_directory(path),
-            path + " is a folder without config.json: give a checkpoint, a GGUF file or a Hugging Face model folder "
-                   "(config.json, *.safetensors and its tokenizer)");
+// What is neither a GGUF file nor a Hugging Face folder is read as a checkpoint; a missing path
+// or another folder would be refused in a checkpoint's words ("cannot open checkpoint file
+// model.gguf", "not a regular file"), so they are named here. Errors other than "no such
+// file" (a folder it may not enter) stay the reader's, with their errno.
+void refuse_missing_path_or_other_folder(const std::string& path) {
+    constexpr const char* kModelKinds =
+        "give a checkpoint, a GGUF file or a Hugging Face model folder (config.json, *.safetensors and its tokenizer)";
+    std::error_code error;
+    require(std::filesystem::exists(path, error) || error, path + " not found: " + kModelKinds);
+    require(!std::filesystem::is_directory(path, error), path + " is a folder without config.json: " + kModelKinds);
 }
 
 }  // namespace
@@ -46,7 +50,7 @@ ModelFile load_model_file(const std::string& path) {
         return {std::move(imported.model), std::move(imported.tokenizer), imported.data_dir, 0,
                 std::move(imported.special)};
     }
-    refuse_other_folder(path);
+    refuse_missing_path_or_other_folder(path);
     LoadedModel loaded = load_model_checkpoint(path);
     return {std::move(loaded.model), std::move(loaded.tokenizer), loaded.options.data_dir, loaded.step,
             loaded.options.special_tokens};
@@ -59,7 +63,7 @@ InferenceFile load_inference_file(const std::string& path) {
                 std::move(opened.special)};
     }
     if (!is_hf_folder(path)) {
-        refuse_other_folder(path);
+        refuse_missing_path_or_other_folder(path);
         OpenedCheckpoint opened = open_model_checkpoint(path);
         return {std::make_unique<InferenceModel>(*opened.tensors), std::move(opened.tokenizer), opened.options.data_dir,
                 opened.step, opened.options.special_tokens};

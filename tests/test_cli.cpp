@@ -137,6 +137,8 @@ TEST(Cli, MissingInputsNameThePath) {
     TempDir root("cli-missing");
     expect_one_line_error(run_dqt("eval " + (root / "nope.dqt")), "nope.dqt");
     expect_one_line_error(run_dqt("generate " + (root / "nope.dqt")), "nope.dqt");
+    // Named as a missing model, not in a checkpoint's words, whatever its extension.
+    expect_one_line_error(run_dqt("generate " + (root / "nope.gguf")), "nope.gguf not found: give a checkpoint, a GGUF");
     // A device is no file: reading /dev/zero as a model grew memory to gigabytes.
     expect_one_line_error(run_dqt("eval /dev/zero"), "/dev/zero");
     expect_one_line_error(run_dqt("generate /dev/zero"), "/dev/zero");
